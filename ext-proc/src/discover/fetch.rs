@@ -1,0 +1,75 @@
+//! One bounded GET of a discovery document.
+
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+
+use super::DiscoveryOptions;
+
+#[derive(Debug)]
+pub enum Fetched {
+    Ok { body: Vec<u8>, content_type: String, etag: Option<String> },
+    NotModified,
+    NotFound,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("request failed: {0}")]
+    Transport(String),
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("document is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("answered 304 to a request without If-None-Match")]
+    UnexpectedNotModified,
+}
+
+fn transport(e: reqwest::Error) -> FetchError {
+    // reqwest's Display omits the cause ("error sending request"); the chain
+    // says what actually happened (connection refused, timeout, TLS).
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    FetchError::Transport(msg)
+}
+
+pub async fn get(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    accept: &str,
+    etag: Option<&str>,
+    options: &DiscoveryOptions,
+) -> Result<Fetched, FetchError> {
+    let mut req = client.get(format!("{base}{path}")).header(ACCEPT, accept).timeout(options.timeout);
+    if let Some(e) = etag {
+        req = req.header(IF_NONE_MATCH, e);
+    }
+    let mut resp = req.send().await.map_err(transport)?;
+    match resp.status() {
+        StatusCode::OK => {}
+        StatusCode::NOT_MODIFIED if etag.is_some() => return Ok(Fetched::NotModified),
+        StatusCode::NOT_MODIFIED => return Err(FetchError::UnexpectedNotModified),
+        StatusCode::NOT_FOUND => return Ok(Fetched::NotFound),
+        s => return Err(FetchError::Status(s.as_u16())),
+    }
+    let header = |name| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let content_type = header(CONTENT_TYPE).unwrap_or_default();
+    let etag = header(ETAG);
+    let max = options.max_document_bytes;
+    if resp.content_length().is_some_and(|l| l > max as u64) {
+        return Err(FetchError::TooLarge(max));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > max {
+            return Err(FetchError::TooLarge(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Fetched::Ok { body, content_type, etag })
+}

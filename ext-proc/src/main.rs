@@ -1,0 +1,229 @@
+//! `mvp-ext-proc`: the control half of the mvp-envoy front door.
+//!
+//! - `serve`: apiservers → discover → table → publish (gRPC to Envoy's wasm
+//!   refresher), plus metrics.
+//! - `envoy-config`: prints the Envoy bootstrap for the same apiservers.
+
+mod apiservers;
+mod discover;
+mod envoy_config;
+mod health;
+mod metrics;
+mod publish;
+mod sync;
+mod table;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use apiservers::ApiserverSpec;
+
+#[derive(Parser)]
+#[command(name = "mvp-ext-proc", version, about = "Mixed-version front door for kube-apiservers: discovery, routing table and Envoy config")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Poll every apiserver's discovery and serve the routing table to Envoy.
+    Serve(ServeArgs),
+    /// Print a complete Envoy bootstrap for these apiservers.
+    EnvoyConfig(EnvoyConfigArgs),
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// An apiserver behind the front door, NAME=URL (repeat for each).
+    #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
+    apiservers: Vec<ApiserverSpec>,
+    /// Address for the gRPC services Envoy calls (routing table).
+    #[arg(long, value_name = "ADDR:PORT")]
+    grpc_listen: SocketAddr,
+    /// Address for /metrics, /healthz, /readyz and /table.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// How often every apiserver's discovery is read.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    refresh_interval: Duration,
+    /// How long a failing apiserver's last good discovery keeps routing.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    unhealthy_retention: Duration,
+    /// Timeout of each discovery request.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    discovery_timeout: Duration,
+    /// Largest discovery document accepted, in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_discovery_bytes: usize,
+}
+
+#[derive(Parser)]
+struct EnvoyConfigArgs {
+    /// An apiserver behind the front door, NAME=URL (repeat for each).
+    #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
+    apiservers: Vec<ApiserverSpec>,
+    /// Address clients connect to.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it.
+    #[arg(long, value_name = "PATH")]
+    wasm: String,
+    /// mvp-ext-proc's --grpc-listen address as Envoy reaches it (IP:PORT or HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT")]
+    ext_proc: String,
+    /// Envoy admin address.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
+    admin: SocketAddr,
+    /// How often Envoy's refresher asks mvp-ext-proc for a newer table.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
+    table_poll_interval: Duration,
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::EnvoyConfig(args) => envoy_config(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mvp-ext-proc: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let opts = envoy_config::EnvoyConfigOptions {
+        apiservers: a.apiservers,
+        listen: a.listen,
+        admin: a.admin,
+        wasm: a.wasm,
+        ext_proc: a.ext_proc,
+        table_poll_interval: a.table_poll_interval,
+    };
+    let yaml = envoy_config::render_yaml(&opts, &command)?;
+    match a.output {
+        Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(())
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    apiservers::validate_set(&a.apiservers).map_err(anyhow::Error::msg)?;
+    if a.refresh_interval.is_zero() {
+        anyhow::bail!("--refresh-interval must be greater than 0");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run(a))
+}
+
+async fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let metrics = metrics::Metrics::new();
+    let client = reqwest::Client::builder()
+        .user_agent(concat!("mvp-ext-proc/", env!("CARGO_PKG_VERSION")))
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(3))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .context("building the discovery HTTP client")?;
+    let options = sync::SyncOptions {
+        interval: a.refresh_interval,
+        retention: a.unhealthy_retention,
+        discovery: discover::DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
+    };
+    let (syncer, published) = sync::Syncer::new(&a.apiservers, client, options, metrics.clone());
+
+    let grpc = tokio::net::TcpListener::bind(a.grpc_listen)
+        .await
+        .with_context(|| format!("--grpc-listen {}: cannot listen", a.grpc_listen))?;
+    let admin = match a.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}: cannot listen"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(
+        grpc = %a.grpc_listen,
+        metrics = ?a.metrics_listen,
+        apiservers = ?a.apiservers.iter().map(|s| format!("{}={}", s.name, s.url)).collect::<Vec<_>>(),
+        refresh_interval = ?a.refresh_interval,
+        "mvp-ext-proc serving"
+    );
+
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
+        .serve_with_incoming_shutdown(tokio_stream_incoming(grpc), shutdown_signal());
+    let sync_task = tokio::spawn(syncer.run());
+    let admin_task = admin.map(|l| {
+        let router = metrics::admin_router(metrics.clone(), published.clone());
+        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(shutdown_signal()).await })
+    });
+    grpc_server.await.context("gRPC server failed")?;
+    sync_task.abort();
+    if let Some(t) = admin_task {
+        t.abort();
+    }
+    tracing::info!("mvp-ext-proc stopped");
+    Ok(())
+}
+
+fn tokio_stream_incoming(
+    l: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(l, |l| async move {
+        let r = l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            s
+        });
+        Some((r, l))
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

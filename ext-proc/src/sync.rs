@@ -1,0 +1,132 @@
+//! apiservers → discover → table → publish: one loop that reads every
+//! apiserver's discovery each refresh interval (concurrently, each bounded by
+//! its own timeout) and publishes a new table only when it changed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mvp_protos::routing::v1 as pb;
+use tokio::sync::watch;
+
+use crate::apiservers::ApiserverSpec;
+use crate::discover::{Discoverer, DiscoveryOptions};
+use crate::health::ServerState;
+use crate::metrics::Metrics;
+use crate::table;
+
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    pub interval: Duration,
+    pub retention: Duration,
+    pub discovery: DiscoveryOptions,
+}
+
+/// What the rest of the process sees of the sync loop.
+#[derive(Clone)]
+pub struct Published {
+    pub table: watch::Receiver<Arc<pb::RoutingTable>>,
+    pub states: watch::Receiver<Arc<Vec<ServerState>>>,
+}
+
+pub struct Syncer {
+    states: Vec<ServerState>,
+    discoverers: Vec<Discoverer>,
+    options: SyncOptions,
+    table_tx: watch::Sender<Arc<pb::RoutingTable>>,
+    states_tx: watch::Sender<Arc<Vec<ServerState>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Syncer {
+    pub fn new(specs: &[ApiserverSpec], client: reqwest::Client, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
+        let states: Vec<ServerState> = specs.iter().cloned().map(ServerState::new).collect();
+        let discoverers = specs
+            .iter()
+            .map(|s| Discoverer::new(s, client.clone(), options.discovery.clone()))
+            .collect();
+        let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
+        let syncer = Syncer { states, discoverers, options, table_tx, states_tx, metrics };
+        (syncer, Published { table, states: states_rx })
+    }
+
+    pub async fn run(mut self) {
+        let mut ticker = tokio::time::interval(self.options.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            self.round().await;
+        }
+    }
+
+    /// One discovery round over every apiserver.
+    pub async fn round(&mut self) {
+        for s in &mut self.states {
+            if let Err(e) = resolve(s).await {
+                self.metrics.sync_error(&s.spec.name, "hostport_resolution");
+                tracing::warn!(apiserver = %s.spec.name, error = %e, "cannot resolve apiserver address; keeping the last one");
+            }
+        }
+        let results = futures::future::join_all(self.discoverers.iter_mut().map(|d| d.discover())).await;
+        let now = Instant::now();
+        for (state, result) in self.states.iter_mut().zip(results) {
+            let name = state.spec.name.clone();
+            match result {
+                Ok(caps) => {
+                    if !state.healthy {
+                        tracing::info!(apiserver = %name, resources = caps.resource_count(), "apiserver discovery is healthy");
+                    }
+                    self.metrics.apiserver_resources(&name, caps.resource_count());
+                    state.succeeded(caps, now);
+                }
+                Err(e) => {
+                    self.metrics.sync_error(&name, "fetch_discovery");
+                    let had = state.capabilities.is_some();
+                    state.failed(e.to_string(), now, self.options.retention);
+                    tracing::warn!(
+                        apiserver = %name,
+                        error = %e,
+                        keeping_last_good = state.capabilities.is_some(),
+                        dropped_last_good = had && state.capabilities.is_none(),
+                        "apiserver discovery failed"
+                    );
+                }
+            }
+            self.metrics.apiserver_healthy(&name, state.healthy);
+        }
+        let new = table::build(&self.states);
+        if new.version != self.table_tx.borrow().version {
+            tracing::info!(
+                version = format!("{:016x}", new.version),
+                apiservers = new.apiservers.len(),
+                resources = table::resource_count(&new),
+                "routing table changed"
+            );
+            self.metrics.table_changed(&new);
+            self.table_tx.send_replace(Arc::new(new));
+        }
+        self.states_tx.send_replace(Arc::new(self.states.clone()));
+    }
+}
+
+/// Hostnames are re-resolved every round (IPv4 preferred, like the Envoy
+/// cluster's V4_PREFERRED lookup) so a moved apiserver is followed.
+async fn resolve(state: &mut ServerState) -> Result<(), String> {
+    if let Some(ip) = state.spec.ip_address() {
+        state.address = Some(ip);
+        return Ok(());
+    }
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((state.spec.host(), state.spec.port()))
+        .await
+        .map_err(|e| e.to_string())?
+        .collect();
+    let pick = addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied();
+    match pick {
+        Some(a) => {
+            state.address = Some(a);
+            Ok(())
+        }
+        None => Err("no addresses".into()),
+    }
+}

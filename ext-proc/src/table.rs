@@ -1,0 +1,156 @@
+//! discover → table: folds every apiserver's capabilities into the routing
+//! table the wasm filter indexes. Built only when some server's view or
+//! health changed; its version is a digest of its content, so an unchanged
+//! table keeps its version across polls and across ext-proc restarts.
+
+use std::collections::BTreeMap;
+
+use mvp_protos::routing::v1 as pb;
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+use crate::health::ServerState;
+
+type Bits = u64;
+
+#[derive(Default)]
+struct ResourceBits {
+    servers: Bits,
+    subresources: BTreeMap<String, Bits>,
+}
+
+#[derive(Default)]
+struct VersionBits {
+    servers: Bits,
+    resources: BTreeMap<String, ResourceBits>,
+}
+
+#[derive(Default)]
+struct GroupBits {
+    servers: Bits,
+    versions: BTreeMap<String, VersionBits>,
+}
+
+/// Servers without a resolved address are left out: Envoy cannot be told to
+/// send anything to them.
+pub fn build(states: &[ServerState]) -> pb::RoutingTable {
+    let members: Vec<&ServerState> = states.iter().filter(|s| s.address.is_some()).collect();
+    let mut groups: BTreeMap<String, GroupBits> = BTreeMap::new();
+    for (i, s) in members.iter().enumerate() {
+        let bit = 1u64 << i;
+        let Some(caps) = s.capabilities.as_deref() else { continue };
+        for (g, versions) in &caps.groups {
+            let gb = groups.entry(g.clone()).or_default();
+            gb.servers |= bit;
+            for (v, resources) in versions {
+                let vb = gb.versions.entry(v.clone()).or_default();
+                vb.servers |= bit;
+                for (r, subs) in resources {
+                    let rb = vb.resources.entry(r.clone()).or_default();
+                    rb.servers |= bit;
+                    for sub in subs {
+                        *rb.subresources.entry(sub.clone()).or_default() |= bit;
+                    }
+                }
+            }
+        }
+    }
+    let mut table = pb::RoutingTable {
+        version: 0,
+        apiservers: members
+            .iter()
+            .map(|s| pb::Apiserver {
+                name: s.spec.name.clone(),
+                address: s.address.map(|a| a.to_string()).unwrap_or_default(),
+                healthy: s.healthy,
+            })
+            .collect(),
+        groups: groups
+            .into_iter()
+            .map(|(group, gb)| pb::GroupRoute {
+                group,
+                servers: gb.servers,
+                versions: gb
+                    .versions
+                    .into_iter()
+                    .map(|(version, vb)| pb::VersionRoute {
+                        version,
+                        servers: vb.servers,
+                        resources: vb
+                            .resources
+                            .into_iter()
+                            .map(|(resource, rb)| pb::ResourceRoute {
+                                resource,
+                                servers: rb.servers,
+                                subresources: rb
+                                    .subresources
+                                    .into_iter()
+                                    .map(|(subresource, servers)| pb::SubresourceRoute { subresource, servers })
+                                    .collect(),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let digest = Sha256::digest(table.encode_to_vec());
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&digest[..8]);
+    table.version = u64::from_be_bytes(v).max(1);
+    table
+}
+
+pub fn resource_count(t: &pb::RoutingTable) -> usize {
+    t.groups.iter().flat_map(|g| &g.versions).map(|v| v.resources.len()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::Capabilities;
+    use std::time::Instant;
+
+    fn state(name: &str, port: u16, resources: &[(&str, &str, &str)]) -> ServerState {
+        let mut s = ServerState::new(format!("{name}=http://127.0.0.1:{port}").parse().unwrap());
+        let mut caps = Capabilities::default();
+        for (g, v, r) in resources {
+            caps.add_resource_name(g, v, r);
+        }
+        s.succeeded(caps, Instant::now());
+        s
+    }
+
+    #[test]
+    fn builds_bitmasks_and_stable_versions() {
+        let a = state("a", 1, &[("", "v1", "pods"), ("", "v1", "pods/status"), ("apps", "v1", "deployments")]);
+        let b = state("b", 2, &[("", "v1", "pods"), ("resource.k8s.io", "v1", "resourceclaims")]);
+        let t = build(&[a.clone(), b.clone()]);
+        assert_eq!(t.apiservers.len(), 2);
+        assert_eq!(t.apiservers[1].address, "127.0.0.1:2");
+        let core = t.groups.iter().find(|g| g.group.is_empty()).unwrap();
+        assert_eq!(core.servers, 0b11);
+        let pods = &core.versions[0].resources[0];
+        assert_eq!((pods.resource.as_str(), pods.servers), ("pods", 0b11));
+        assert_eq!(pods.subresources[0].servers, 0b01);
+        let rc = t.groups.iter().find(|g| g.group == "resource.k8s.io").unwrap();
+        assert_eq!(rc.servers, 0b10);
+        assert_eq!(resource_count(&t), 3);
+
+        assert_eq!(build(&[a.clone(), b.clone()]).version, t.version);
+        let mut b2 = b.clone();
+        b2.healthy = false;
+        assert_ne!(build(&[a, b2]).version, t.version);
+    }
+
+    #[test]
+    fn unresolved_servers_are_left_out() {
+        let a = state("a", 1, &[("", "v1", "pods")]);
+        let mut b = ServerState::new("b=http://apiserver-b.invalid:6443".parse().unwrap());
+        b.succeeded(Capabilities::default(), Instant::now());
+        let t = build(&[b, a]);
+        assert_eq!(t.apiservers.len(), 1);
+        assert_eq!(t.apiservers[0].name, "a");
+        assert_eq!(t.groups[0].servers, 0b1);
+    }
+}

