@@ -123,7 +123,7 @@ fn main() -> ExitCode {
 }
 
 fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let command = rendering_command(std::env::args().skip(1));
     let opts = envoy_config::EnvoyConfigOptions {
         apiservers: a.apiservers,
         listen: a.listen,
@@ -138,6 +138,23 @@ fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
         None => print!("{yaml}"),
     }
     Ok(())
+}
+
+/// The command line recorded in the rendered file: argv[0] varies by install
+/// path and the output file is not part of what was rendered.
+fn rendering_command(args: impl Iterator<Item = String>) -> String {
+    let mut out = vec!["mvp-ext-proc".to_string()];
+    let mut skip_value = false;
+    for a in args {
+        if skip_value {
+            skip_value = false;
+        } else if a == "--output" || a == "-o" {
+            skip_value = true;
+        } else if !a.starts_with("--output=") {
+            out.push(a);
+        }
+    }
+    out.join(" ")
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {

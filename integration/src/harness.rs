@@ -151,11 +151,19 @@ pub struct FakeSpec {
     pub aggregated: bool,
     /// Group-versions the old server's `/apis` lists but does not serve.
     pub listed_only: Vec<String>,
+    /// `v2` or `v2beta1`.
+    pub aggregated_version: String,
 }
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![] }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into() }
+    }
+
+    /// A Kubernetes 1.26–1.29 server: aggregated discovery only as v2beta1.
+    pub fn v2beta1(mut self) -> FakeSpec {
+        self.aggregated_version = "v2beta1".into();
+        self
     }
 
     /// A server older than Kubernetes 1.26: unaggregated discovery only.
@@ -177,6 +185,11 @@ pub struct Fake {
 }
 
 impl Fake {
+    /// The fake's own counters (`/__fake/stats`).
+    pub async fn stats(&self, http: &reqwest::Client) -> Option<Value> {
+        http.get(format!("{}/__fake/stats", self.url())).send().await.ok()?.json().await.ok()
+    }
+
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
@@ -193,11 +206,19 @@ pub struct Options {
     pub concurrency: u32,
     /// Edits the rendered bootstrap before Envoy starts (negative tests).
     pub edit_config: Option<fn(String) -> String>,
+    /// Extra `mvp-ext-proc serve` flags.
+    pub ext_proc_args: Vec<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { refresh_interval: Duration::from_secs(1), retention: Duration::from_secs(300), concurrency: 2, edit_config: None }
+        Options {
+            refresh_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(300),
+            concurrency: 2,
+            edit_config: None,
+            ext_proc_args: vec![],
+        }
     }
 }
 
@@ -229,6 +250,8 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
     if !spec.aggregated {
         args.push("--no-aggregated-discovery".into());
     }
+    args.push("--aggregated-discovery-version".into());
+    args.push(spec.aggregated_version.clone());
     for gv in &spec.listed_only {
         args.push("--list-unserved-group-version".into());
         args.push(gv.clone());
@@ -269,6 +292,7 @@ impl FrontDoor {
             "--unhealthy-retention".into(),
             format!("{}ms", options.retention.as_millis()),
         ]);
+        serve_args.extend(options.ext_proc_args.iter().cloned());
         let ext_proc = Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin()?, &serve_args)?;
 
         let config_path = dir.path().join("envoy.yaml");

@@ -115,7 +115,7 @@ pub fn decode_version(b: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
+    #![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing, clippy::type_complexity)]
     use super::*;
     use crate::table::tests::sample;
 

@@ -129,15 +129,15 @@ fn percent_decode(input: &[u8]) -> Cow<'_, [u8]> {
     let mut out = Vec::with_capacity(input.len());
     let mut i = 0;
     while let Some(&b) = input.get(i) {
-        if b == b'%' {
-            if let (Some(h), Some(l)) = (
+        if b == b'%'
+            && let (Some(h), Some(l)) = (
                 input.get(i + 1).and_then(|c| hex_val(*c)),
                 input.get(i + 2).and_then(|c| hex_val(*c)),
-            ) {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
+            )
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
         }
         out.push(b);
         i += 1;
@@ -253,14 +253,15 @@ pub fn classify<'a>(method: Method, path: &'a [u8], query: &'a [u8]) -> RequestI
     };
 
     let mut namespace: Segment<'a> = b"";
-    if seg.get(i) == Some(b"namespaces") {
-        if let Some(ns) = seg.get(i + 1) {
-            namespace = ns;
-            if let Some(next) = seg.get(i + 2) {
-                if next != b"status" && next != b"finalize" {
-                    i += 2;
-                }
-            }
+    if seg.get(i) == Some(b"namespaces")
+        && let Some(ns) = seg.get(i + 1)
+    {
+        namespace = ns;
+        if let Some(next) = seg.get(i + 2)
+            && next != b"status"
+            && next != b"finalize"
+        {
+            i += 2;
         }
     }
 

@@ -30,6 +30,9 @@ struct Args {
     /// cluster-wide APIService served by another apiserver would be).
     #[arg(long = "list-unserved-group-version", value_name = "GROUP/VERSION")]
     listed_only: Vec<String>,
+    /// Aggregated discovery version served: v2 (Kubernetes 1.30+) or v2beta1 (1.26–1.29).
+    #[arg(long, default_value = "v2", value_parser = ["v2", "v2beta1"])]
+    aggregated_discovery_version: String,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -43,6 +46,9 @@ async fn main() -> anyhow::Result<()> {
         fixtures: a.fixtures.clone(),
         docs: Arc::new(RwLock::new(Arc::new(docs))),
         listed_only: a.listed_only,
+        aggregated_version: a.aggregated_discovery_version.clone(),
+        stats: Default::default(),
+        apis_override: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
     tracing::info!(name = %a.name, release = %a.release, listen = %a.listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");

@@ -20,7 +20,7 @@ pub struct Aggregated {
 }
 
 impl Aggregated {
-    fn new(doc: &Value) -> Aggregated {
+    pub fn new(doc: &Value) -> Aggregated {
         let body = serde_json::to_vec(doc).unwrap_or_default();
         let etag = format!("\"{}\"", hex::encode_upper(Sha512::digest(&body)));
         Aggregated { body, etag }

