@@ -397,6 +397,11 @@ impl FrontDoor {
     }
 }
 
+/// Which fake apiserver answered, from a resource response's body.
+pub fn served_by(v: &Value) -> &str {
+    v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")
+}
+
 fn regex_escape(s: &str) -> String {
     s.chars().flat_map(|c| if ".^$*+?()[]{}|\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
 }
@@ -417,32 +422,17 @@ pub struct ServedResource {
 pub fn served_resources(releases: &[&str]) -> Result<Vec<ServedResource>> {
     let mut out: std::collections::BTreeMap<(String, String, String), ServedResource> = Default::default();
     for release in releases {
-        for file in ["api.json", "apis.json"] {
-            let path = fixtures_dir().join(release).join(file);
-            let doc: Value = serde_json::from_slice(&std::fs::read(&path)?)?;
-            for item in doc["items"].as_array().into_iter().flatten() {
-                let group = item["metadata"]["name"].as_str().unwrap_or("").to_string();
-                for v in item["versions"].as_array().into_iter().flatten() {
-                    let version = v["version"].as_str().unwrap_or("").to_string();
-                    for r in v["resources"].as_array().into_iter().flatten() {
-                        let resource = r["resource"].as_str().unwrap_or("").to_string();
-                        let subs = r["subresources"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|s| s["subresource"].as_str().map(str::to_string))
-                            .collect();
-                        let e = out.entry((group.clone(), version.clone(), resource.clone())).or_insert_with(|| ServedResource {
-                            group: group.clone(),
-                            version: version.clone(),
-                            resource: resource.clone(),
-                            namespaced: r["scope"] == "Namespaced",
-                            by_release: Default::default(),
-                        });
-                        e.by_release.insert(release.to_string(), subs);
-                    }
-                }
-            }
+        let docs = crate::fake::documents::Documents::load(&fixtures_dir(), release)?;
+        for ((group, version, resource), r) in docs.resources {
+            let key = (group.clone(), version.clone(), resource.clone());
+            let e = out.entry(key).or_insert_with(|| ServedResource {
+                group,
+                version,
+                resource,
+                namespaced: r.namespaced,
+                by_release: Default::default(),
+            });
+            e.by_release.insert(release.to_string(), r.subresources.into_iter().collect());
         }
     }
     Ok(out.into_values().collect())

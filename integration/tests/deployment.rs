@@ -29,6 +29,17 @@ fn flag(args: &[String], flag: &str) -> String {
     v[0].clone()
 }
 
+/// `--apiserver NAME=URL` flags as a map.
+fn apiserver_flags(args: &[String]) -> BTreeMap<String, String> {
+    flag_values(args, "--apiserver")
+        .into_iter()
+        .map(|a| {
+            let (n, u) = a.split_once('=').unwrap();
+            (n.to_string(), u.to_string())
+        })
+        .collect()
+}
+
 /// The envoy-config flags recorded in envoy/envoy.yaml's header.
 fn rendering_args(envoy_yaml: &str) -> Vec<String> {
     let line = envoy_yaml.lines().nth(1).unwrap();
@@ -66,14 +77,7 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     // ext-proc polls exactly those apiservers.
     let ext = command(&services["ext-proc"]);
     assert_eq!(&ext[..2], ["mvp-ext-proc", "serve"]);
-    let ext_apiservers: BTreeMap<String, String> = flag_values(&ext, "--apiserver")
-        .into_iter()
-        .map(|a| {
-            let (n, u) = a.split_once('=').unwrap();
-            (n.to_string(), u.to_string())
-        })
-        .collect();
-    assert_eq!(ext_apiservers, apiservers);
+    assert_eq!(apiserver_flags(&ext), apiservers);
     let grpc_port = port_of(&flag(&ext, "--grpc-listen"));
 
     // Envoy mounts the rendered config where its command reads it.
@@ -87,14 +91,7 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     let yaml = std::fs::read_to_string(workspace_root().join("envoy/envoy.yaml")).unwrap();
     let args = rendering_args(&yaml);
     assert_eq!(args[0], "envoy-config");
-    let rendered_apiservers: BTreeMap<String, String> = flag_values(&args, "--apiserver")
-        .into_iter()
-        .map(|a| {
-            let (n, u) = a.split_once('=').unwrap();
-            (n.to_string(), u.to_string())
-        })
-        .collect();
-    assert_eq!(rendered_apiservers, apiservers);
+    assert_eq!(apiserver_flags(&args), apiservers);
     assert_eq!(flag(&args, "--ext-proc"), format!("ext-proc:{grpc_port}"));
     let published: Vec<String> =
         envoy["ports"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().rsplit(':').next().unwrap().to_string()).collect();

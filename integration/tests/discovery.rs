@@ -2,12 +2,7 @@
 
 use std::time::Duration;
 
-use integration::harness::{FakeSpec, FrontDoor, Options, wait_for};
-use serde_json::Value;
-
-fn served_by(v: &Value) -> &str {
-    v["servedBy"]["server"].as_str().unwrap_or("<none>")
-}
+use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
 
 /// An unchanged aggregated document costs a 304: the poll sends the ETag it
 /// got and the apiserver does not send the document again.

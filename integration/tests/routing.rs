@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use integration::harness::{FakeSpec, FrontDoor, Options, served_resources, wait_for};
+use integration::harness::{FakeSpec, FrontDoor, Options, served_by, served_resources, wait_for};
 use serde_json::Value;
 
 const RELEASES: [(&str, &str); 3] = [("v130", "v1.30"), ("v133", "v1.33"), ("v137", "v1.37")];
@@ -15,10 +15,6 @@ fn three() -> Vec<FakeSpec> {
 
 fn release_to_name(release: &str) -> &'static str {
     RELEASES.iter().find(|(_, r)| *r == release).map(|(n, _)| *n).unwrap_or("?")
-}
-
-fn served_by(v: &Value) -> &str {
-    v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")
 }
 
 /// Every group/version/resource of the union of the three releases, in list,

@@ -38,8 +38,15 @@ pub struct Documents {
     /// `"{group}/{version}"` → its unaggregated APIResourceList.
     pub group_versions: BTreeMap<String, Value>,
     pub group_list: Value,
-    /// (group, version, resource) → (kind, subresources) for resource requests.
-    pub resources: BTreeMap<(String, String, String), (String, BTreeSet<String>)>,
+    /// (group, version, resource) → what resource requests need to know.
+    pub resources: BTreeMap<(String, String, String), Resource>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub kind: String,
+    pub namespaced: bool,
+    pub subresources: BTreeSet<String>,
 }
 
 impl Documents {
@@ -131,18 +138,21 @@ fn resource_list(gv: &str, version: &Value) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
 }
 
-type ResourceIndex = BTreeMap<(String, String, String), (String, BTreeSet<String>)>;
+type ResourceIndex = BTreeMap<(String, String, String), Resource>;
 
 fn index_resources(into: &mut ResourceIndex, group: &str, version: &str, v: &Value) {
     for r in v["resources"].as_array().into_iter().flatten() {
         let name = r["resource"].as_str().unwrap_or_default().to_string();
-        let kind = r["responseKind"]["kind"].as_str().unwrap_or_default().to_string();
-        let subs = r["subresources"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s["subresource"].as_str().map(str::to_string))
-            .collect();
-        into.insert((group.to_string(), version.to_string(), name), (kind, subs));
+        let resource = Resource {
+            kind: r["responseKind"]["kind"].as_str().unwrap_or_default().to_string(),
+            namespaced: r["scope"] == "Namespaced",
+            subresources: r["subresources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["subresource"].as_str().map(str::to_string))
+                .collect(),
+        };
+        into.insert((group.to_string(), version.to_string(), name), resource);
     }
 }

@@ -310,10 +310,11 @@ fn resource(
 ) -> Response {
     s.stats.resource_requests.fetch_add(1, Ordering::Relaxed);
     let key = (p.group.to_string(), p.version.to_string(), p.resource.to_string());
-    let Some((kind, subresources)) = docs.resources.get(&key) else {
+    let Some(found) = docs.resources.get(&key) else {
         return not_found();
     };
-    if !p.subresource.is_empty() && !subresources.contains(p.subresource) {
+    let kind = &found.kind;
+    if !p.subresource.is_empty() && !found.subresources.contains(p.subresource) {
         return not_found();
     }
     let echoed: BTreeMap<String, Vec<String>> = headers.keys().map(|k| {
