@@ -1,7 +1,12 @@
 //! Compiles `mvp/**/*.proto` with protox (a pure-Rust protobuf compiler), so
 //! building needs no `protoc` on the machine.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["mvp/routing/v1/routing.proto"];
+    let protos = [
+        "mvp/routing/v1/routing.proto",
+        "k8s.io/api/apidiscovery/v2/generated.proto",
+        "k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto",
+        "k8s.io/apimachinery/pkg/runtime/generated.proto",
+    ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -19,14 +19,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::apiservers::ApiserverSpec;
-use crate::discover::Capabilities;
+use crate::discover::ServerView;
 
 #[derive(Debug, Clone)]
 pub struct ServerState {
     pub spec: ApiserverSpec,
     /// Resolved `IP:port`, matching the host Envoy's cluster holds.
     pub address: Option<SocketAddr>,
-    pub capabilities: Option<Arc<Capabilities>>,
+    /// Last good discovery, shared with the table and the merged document
+    /// builders; replaced only when it changed, so pointer equality means
+    /// "unchanged".
+    pub view: Option<Arc<ServerView>>,
     pub healthy: bool,
     pub last_success: Option<Instant>,
     pub last_error: Option<String>,
@@ -37,16 +40,16 @@ impl ServerState {
         ServerState {
             address: spec.ip_address(),
             spec,
-            capabilities: None,
+            view: None,
             healthy: false,
             last_success: None,
             last_error: None,
         }
     }
 
-    pub fn succeeded(&mut self, caps: Capabilities, now: Instant) {
-        if self.capabilities.as_deref() != Some(&caps) {
-            self.capabilities = Some(Arc::new(caps));
+    pub fn succeeded(&mut self, view: ServerView, now: Instant) {
+        if self.view.as_deref() != Some(&view) {
+            self.view = Some(Arc::new(view));
         }
         self.healthy = true;
         self.last_success = Some(now);
@@ -58,7 +61,7 @@ impl ServerState {
         self.last_error = Some(error);
         let expired = self.last_success.is_none_or(|t| now.saturating_duration_since(t) >= retention);
         if expired {
-            self.capabilities = None;
+            self.view = None;
         }
     }
 }
@@ -66,6 +69,11 @@ impl ServerState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discover::Capabilities;
+
+    fn view(caps: Capabilities) -> ServerView {
+        ServerView { capabilities: caps, groups: vec![] }
+    }
 
     #[test]
     fn keeps_last_good_view_until_retention() {
@@ -74,27 +82,27 @@ mod tests {
         let t0 = Instant::now();
         let mut caps = Capabilities::default();
         caps.add_resource_name("apps", "v1", "deployments");
-        s.succeeded(caps.clone(), t0);
+        s.succeeded(view(caps.clone()), t0);
         assert!(s.healthy);
 
         let retention = Duration::from_secs(60);
         s.failed("boom".into(), t0 + Duration::from_secs(10), retention);
         assert!(!s.healthy);
-        assert_eq!(s.capabilities.as_deref(), Some(&caps));
+        assert_eq!(s.view.as_deref(), Some(&view(caps.clone())));
 
         s.failed("boom".into(), t0 + Duration::from_secs(60), retention);
-        assert_eq!(s.capabilities, None);
+        assert_eq!(s.view, None);
 
-        s.succeeded(caps.clone(), t0 + Duration::from_secs(61));
+        s.succeeded(view(caps.clone()), t0 + Duration::from_secs(61));
         assert!(s.healthy);
-        assert_eq!(s.capabilities.as_deref(), Some(&caps));
+        assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }
 
     #[test]
     fn never_seen_server_has_nothing_to_keep() {
         let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
         s.failed("refused".into(), Instant::now(), Duration::from_secs(300));
-        assert_eq!(s.capabilities, None);
+        assert_eq!(s.view, None);
         assert_eq!(s.last_error.as_deref(), Some("refused"));
     }
 }

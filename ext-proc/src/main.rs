@@ -4,6 +4,8 @@
 //!   refresher), plus metrics.
 //! - `envoy-config`: prints the Envoy bootstrap for the same apiservers.
 
+mod apidiscovery;
+mod merge;
 mod apiservers;
 mod discover;
 mod envoy_config;

@@ -149,7 +149,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 "url": st.spec.url.as_str(),
                 "address": st.address.map(|a| a.to_string()),
                 "healthy": st.healthy,
-                "resources": st.capabilities.as_ref().map(|c| c.resource_count()),
+                "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
                 "lastError": st.last_error,
             })
         })

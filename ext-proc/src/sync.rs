@@ -73,22 +73,23 @@ impl Syncer {
         for (state, result) in self.states.iter_mut().zip(results) {
             let name = state.spec.name.clone();
             match result {
-                Ok(caps) => {
+                Ok(view) => {
+                    let resources = view.capabilities.resource_count();
                     if !state.healthy {
-                        tracing::info!(apiserver = %name, resources = caps.resource_count(), "apiserver discovery is healthy");
+                        tracing::info!(apiserver = %name, resources, "apiserver discovery is healthy");
                     }
-                    self.metrics.apiserver_resources(&name, caps.resource_count());
-                    state.succeeded(caps, now);
+                    self.metrics.apiserver_resources(&name, resources);
+                    state.succeeded(view, now);
                 }
                 Err(e) => {
                     self.metrics.sync_error(&name, "fetch_discovery");
-                    let had = state.capabilities.is_some();
+                    let had = state.view.is_some();
                     state.failed(e.to_string(), now, self.options.retention);
                     tracing::warn!(
                         apiserver = %name,
                         error = %e,
-                        keeping_last_good = state.capabilities.is_some(),
-                        dropped_last_good = had && state.capabilities.is_none(),
+                        keeping_last_good = state.view.is_some(),
+                        dropped_last_good = had && state.view.is_none(),
                         "apiserver discovery failed"
                     );
                 }

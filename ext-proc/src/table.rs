@@ -38,7 +38,7 @@ pub fn build(states: &[ServerState]) -> pb::RoutingTable {
     let mut groups: BTreeMap<String, GroupBits> = BTreeMap::new();
     for (i, s) in members.iter().enumerate() {
         let bit = 1u64 << i;
-        let Some(caps) = s.capabilities.as_deref() else { continue };
+        let Some(caps) = s.view.as_deref().map(|v| &v.capabilities) else { continue };
         for (g, versions) in &caps.groups {
             let gb = groups.entry(g.clone()).or_default();
             gb.servers |= bit;
@@ -117,7 +117,7 @@ mod tests {
         for (g, v, r) in resources {
             caps.add_resource_name(g, v, r);
         }
-        s.succeeded(caps, Instant::now());
+        s.succeeded(crate::discover::ServerView { capabilities: caps, groups: vec![] }, Instant::now());
         s
     }
 
@@ -147,7 +147,7 @@ mod tests {
     fn unresolved_servers_are_left_out() {
         let a = state("a", 1, &[("", "v1", "pods")]);
         let mut b = ServerState::new("b=http://apiserver-b.invalid:6443".parse().unwrap());
-        b.succeeded(Capabilities::default(), Instant::now());
+        b.succeeded(Default::default(), Instant::now());
         let t = build(&[b, a]);
         assert_eq!(t.apiservers.len(), 1);
         assert_eq!(t.apiservers[0].name, "a");

@@ -5,52 +5,9 @@ use serde::Deserialize;
 
 use super::capabilities::Capabilities;
 
+use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList};
+
 pub const AGGREGATED_KIND: &str = "APIGroupDiscoveryList";
-
-/// `apidiscovery.k8s.io/v2` (or `v2beta1`, same names) `APIGroupDiscoveryList`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GroupDiscoveryList {
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub items: Vec<GroupDiscovery>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct GroupDiscovery {
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub versions: Vec<VersionDiscovery>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct ObjectMeta {
-    #[serde(default)]
-    pub name: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct VersionDiscovery {
-    pub version: String,
-    #[serde(default)]
-    pub resources: Vec<ResourceDiscovery>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ResourceDiscovery {
-    pub resource: String,
-    #[serde(default)]
-    pub subresources: Vec<SubresourceDiscovery>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SubresourceDiscovery {
-    pub subresource: String,
-}
 
 /// Unaggregated `APIVersions` (`/api`).
 #[derive(Debug, Deserialize)]
@@ -89,8 +46,25 @@ pub struct ApiResourceList {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ApiResource {
     pub name: String,
+    #[serde(default)]
+    pub singular_name: String,
+    #[serde(default)]
+    pub namespaced: bool,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    #[serde(default)]
+    pub short_names: Vec<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -116,9 +90,18 @@ pub enum Root {
     Groups,
 }
 
-/// Capabilities from an aggregated document served at `root`.
-pub fn from_aggregated(root: Root, body: &[u8]) -> Result<Capabilities, DocumentError> {
-    let list: GroupDiscoveryList = parse("APIGroupDiscoveryList", body)?;
+/// What one discovery root of one server says: the routing capabilities
+/// and, for `/apis`, the groups as served (input to the peer-aggregated
+/// merge; core is never merged).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RootView {
+    pub capabilities: Capabilities,
+    pub groups: Vec<APIGroupDiscovery>,
+}
+
+/// An aggregated document served at `root`, validated.
+pub fn from_aggregated(root: Root, body: &[u8]) -> Result<RootView, DocumentError> {
+    let list: APIGroupDiscoveryList = parse("APIGroupDiscoveryList", body)?;
     let version_ok = matches!(
         list.api_version.as_str(),
         "apidiscovery.k8s.io/v2" | "apidiscovery.k8s.io/v2beta1"
@@ -126,26 +109,35 @@ pub fn from_aggregated(root: Root, body: &[u8]) -> Result<Capabilities, Document
     if list.kind != AGGREGATED_KIND || !version_ok {
         return Err(DocumentError::WrongKind { kind: list.kind, api_version: list.api_version });
     }
+    let mut groups = list.items;
+    if root == Root::Groups {
+        // Core never appears under /apis; an unnamed item there is junk.
+        groups.retain(|g| !g.name().is_empty());
+    }
+    let capabilities = capabilities_of(root, &groups)?;
+    Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
+}
+
+/// The routing view of aggregated groups; every name must be a usable path
+/// segment, so a broken document cannot poison the table.
+pub fn capabilities_of(root: Root, groups: &[APIGroupDiscovery]) -> Result<Capabilities, DocumentError> {
     let mut caps = Capabilities::default();
-    for g in list.items {
-        let group = match root {
-            Root::Core => String::new(),
-            // Core never appears under /apis; an unnamed item there is junk.
-            Root::Groups if g.metadata.name.is_empty() => continue,
-            Root::Groups => g.metadata.name,
-        };
-        for v in g.versions {
+    for g in groups {
+        let group = if root == Root::Core { "" } else { g.name() };
+        if !group.is_empty() {
+            check_segment("group", group)?;
+        }
+        for v in &g.versions {
             check_segment("version", &v.version)?;
-            let resources = caps.add_version(&group, &v.version);
-            for r in v.resources {
+            let resources = caps.add_version(group, &v.version);
+            for r in &v.resources {
                 check_segment("resource", &r.resource)?;
-                let subs = resources.entry(r.resource).or_default();
-                for s in r.subresources {
-                    subs.insert(s.subresource);
+                let subs = resources.entry(r.resource.clone()).or_default();
+                for s in &r.subresources {
+                    subs.insert(s.subresource.clone());
                 }
             }
         }
-        check_segment("group", &group).or_else(|e| if group.is_empty() { Ok(()) } else { Err(e) })?;
     }
     Ok(caps)
 }
@@ -161,7 +153,8 @@ fn check_segment(what: &str, s: &str) -> Result<(), DocumentError> {
     }
 }
 
-pub fn resource_list_into(caps: &mut Capabilities, group: &str, version: &str, body: &[u8]) -> Result<(), DocumentError> {
+/// An unaggregated `APIResourceList` for `group`/`version`, validated.
+pub fn resource_list(group: &str, version: &str, body: &[u8]) -> Result<ApiResourceList, DocumentError> {
     let list: ApiResourceList = parse("APIResourceList", body)?;
     let want = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
     if !list.group_version.is_empty() && list.group_version != want {
@@ -170,11 +163,11 @@ pub fn resource_list_into(caps: &mut Capabilities, group: &str, version: &str, b
             list.group_version
         )));
     }
-    caps.add_version(group, version);
-    for r in list.resources {
-        caps.add_resource_name(group, version, &r.name);
+    for r in &list.resources {
+        let resource = r.name.split('/').next().unwrap_or_default();
+        check_segment("resource", resource)?;
     }
-    Ok(())
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -191,23 +184,27 @@ mod tests {
         // Counts from the fixtures' README: group-versions and
         // resources+subresources per release (core counted separately).
         for (release, gvs) in [("v1.30", 33), ("v1.33", 34), ("v1.37", 35)] {
-            let caps = from_aggregated(Root::Groups, &fixture(release, "apis.json")).unwrap();
+            let caps = from_aggregated(Root::Groups, &fixture(release, "apis.json")).unwrap().capabilities;
             let n: usize = caps.groups.values().map(|v| v.len()).sum();
             assert_eq!(n, gvs, "{release}");
-            let core = from_aggregated(Root::Core, &fixture(release, "api.json")).unwrap();
+            let core = from_aggregated(Root::Core, &fixture(release, "api.json")).unwrap().capabilities;
             assert!(core.groups[""]["v1"]["pods"].contains("status"));
         }
-        let v137 = from_aggregated(Root::Groups, &fixture("v1.37", "apis.json")).unwrap();
+        let v137 = from_aggregated(Root::Groups, &fixture("v1.37", "apis.json")).unwrap().capabilities;
         assert!(v137.groups["lifecycle.k8s.io"]["v1alpha1"].contains_key("evictionrequests"));
         assert!(v137.groups["storage.k8s.io"]["v1"]["csinodes"].is_empty() || v137.groups["storage.k8s.io"]["v1"]["csinodes"].contains("status"));
     }
 
     #[test]
     fn aggregated_and_unaggregated_agree_for_core() {
-        let agg = from_aggregated(Root::Core, &fixture("v1.30", "api.json")).unwrap();
-        let mut un = Capabilities::default();
-        resource_list_into(&mut un, "", "v1", &fixture("v1.30", "api__v1.json")).unwrap();
-        assert_eq!(agg, un);
+        // api.json was converted from api__v1.json the way kube does it; our
+        // conversion back to aggregated form must give the same document.
+        let agg: APIGroupDiscoveryList = parse("list", &fixture("v1.37", "api.json")).unwrap();
+        let list = resource_list("", "v1", &fixture("v1.37", "api__v1.json")).unwrap();
+        let converted = crate::apidiscovery::version_from_resource_list("v1", &list);
+        assert_eq!(agg.items[0].versions[0], converted);
+        let caps = capabilities_of(Root::Core, &agg.items).unwrap();
+        assert!(caps.groups[""]["v1"]["pods"].contains("eviction"));
     }
 
     #[test]
@@ -223,7 +220,6 @@ mod tests {
         ] {
             assert!(from_aggregated(Root::Groups, body).is_err(), "{why}");
         }
-        let mut c = Capabilities::default();
-        assert!(resource_list_into(&mut c, "apps", "v1", br#"{"groupVersion":"batch/v1","resources":[]}"#).is_err());
+        assert!(resource_list("apps", "v1", br#"{"groupVersion":"batch/v1","resources":[]}"#).is_err());
     }
 }

@@ -16,8 +16,18 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 pub use capabilities::Capabilities;
-use documents::{ApiGroupList, ApiVersions, Root};
+use documents::{ApiGroupList, ApiVersions, Root, RootView};
 pub use fetch::{FetchError, Fetched};
+
+use crate::apidiscovery::{APIGroupDiscovery, version_from_resource_list};
+
+/// Everything one read of a server's discovery yields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerView {
+    pub capabilities: Capabilities,
+    /// Its `/apis` groups as it serves them (its own view: `profile=nopeer`).
+    pub groups: Vec<APIGroupDiscovery>,
+}
 
 use crate::apiservers::ApiserverSpec;
 
@@ -51,7 +61,7 @@ pub struct Discoverer {
     base: String,
     client: reqwest::Client,
     options: DiscoveryOptions,
-    cache: HashMap<&'static str, (String, Capabilities)>,
+    cache: HashMap<&'static str, (String, RootView)>,
 }
 
 impl Discoverer {
@@ -62,33 +72,35 @@ impl Discoverer {
     /// One full read of the server's discovery. Any failure fails the whole
     /// read: a partial view would make the table claim less than the server
     /// serves and reroute its own requests away from it.
-    pub async fn discover(&mut self) -> Result<Capabilities, DiscoveryError> {
-        let mut caps = self.root("/api", Root::Core).await?;
-        caps.merge(self.root("/apis", Root::Groups).await?);
-        Ok(caps)
+    pub async fn discover(&mut self) -> Result<ServerView, DiscoveryError> {
+        let core = self.root("/api", Root::Core).await?;
+        let groups = self.root("/apis", Root::Groups).await?;
+        let mut capabilities = core.capabilities;
+        capabilities.merge(groups.capabilities);
+        Ok(ServerView { capabilities, groups: groups.groups })
     }
 
-    async fn root(&mut self, path: &'static str, root: Root) -> Result<Capabilities, DiscoveryError> {
+    async fn root(&mut self, path: &'static str, root: Root) -> Result<RootView, DiscoveryError> {
         let etag = self.cache.get(path).map(|(e, _)| e.as_str());
         let fetched = self.get(path, DISCOVERY_ACCEPT, etag).await?;
         match fetched {
             Fetched::NotModified => match self.cache.get(path) {
-                Some((_, caps)) => Ok(caps.clone()),
+                Some((_, view)) => Ok(view.clone()),
                 None => Err(DiscoveryError::Fetch { path: path.into(), source: FetchError::UnexpectedNotModified }),
             },
             Fetched::Ok { body, content_type, etag } => {
                 if content_type.contains("as=APIGroupDiscoveryList") {
-                    let caps = documents::from_aggregated(root, &body)
+                    let view = documents::from_aggregated(root, &body)
                         .map_err(|source| DiscoveryError::Document { path: path.into(), source })?;
                     match etag {
                         Some(e) => {
-                            self.cache.insert(path, (e, caps.clone()));
+                            self.cache.insert(path, (e, view.clone()));
                         }
                         None => {
                             self.cache.remove(path);
                         }
                     }
-                    Ok(caps)
+                    Ok(view)
                 } else {
                     self.cache.remove(path);
                     self.unaggregated(path, root, &body).await
@@ -98,12 +110,14 @@ impl Discoverer {
         }
     }
 
-    async fn unaggregated(&self, path: &str, root: Root, body: &[u8]) -> Result<Capabilities, DiscoveryError> {
+    /// Servers without aggregated discovery: every listed group-version's
+    /// own document, converted to the aggregated form kube would serve.
+    async fn unaggregated(&self, path: &str, root: Root, body: &[u8]) -> Result<RootView, DiscoveryError> {
         let doc_err = |path: &str| {
             let path = path.to_string();
             move |source| DiscoveryError::Document { path, source }
         };
-        let mut caps = Capabilities::default();
+        let mut groups: Vec<APIGroupDiscovery> = Vec::new();
         let group_versions: Vec<(String, String)> = match root {
             Root::Core => documents::parse::<ApiVersions>("APIVersions", body)
                 .map_err(doc_err(path))?
@@ -129,14 +143,23 @@ impl Discoverer {
             };
             match self.get(&gv_path, "application/json", None).await? {
                 Fetched::Ok { body, .. } => {
-                    documents::resource_list_into(&mut caps, &group, &version, &body).map_err(doc_err(&gv_path))?
+                    let list = documents::resource_list(&group, &version, &body).map_err(doc_err(&gv_path))?;
+                    let v = version_from_resource_list(&version, &list);
+                    match groups.iter_mut().find(|g| g.name() == group) {
+                        Some(g) => g.versions.push(v),
+                        None => groups.push(APIGroupDiscovery {
+                            metadata: crate::apidiscovery::ObjectMeta { name: group.clone() },
+                            versions: vec![v],
+                        }),
+                    }
                 }
                 // Listed (cluster-wide APIService) but not served here.
                 Fetched::NotFound => {}
                 Fetched::NotModified => {}
             }
         }
-        Ok(caps)
+        let capabilities = documents::capabilities_of(root, &groups).map_err(doc_err(path))?;
+        Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
     }
 
     async fn get(&self, path: &str, accept: &str, etag: Option<&str>) -> Result<Fetched, DiscoveryError> {

@@ -1,0 +1,223 @@
+//! The peer-aggregated `/apis` merge of kube-apiserver 1.35+
+//! (`aggregated/peer_aggregated_handler.go`, `mergeResources` and helpers),
+//! over every apiserver's own (`profile=nopeer`) groups.
+//!
+//! Servers are walked in lexicographic order of their names (kube: server
+//! IDs); the first occurrence of a group is the base and later ones merge
+//! into it. kube also distinguishes the "local" server, but only to return
+//! its list unchanged when every list is identical, which gives the same
+//! result whichever server is local.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::order::merge_preserving_relative_order;
+use crate::apidiscovery::{APIGroupDiscovery, APIResourceDiscovery, APIVersionDiscovery};
+
+pub fn merge(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Vec<APIGroupDiscovery> {
+    let mut lists = servers.values();
+    let Some(first) = lists.next() else { return vec![] };
+    if servers.len() == 1 {
+        return first.clone();
+    }
+    let first_names = names(first, |g| g.name());
+    let mut merged: HashMap<String, APIGroupDiscovery> = HashMap::new();
+    let mut all_names: Vec<Vec<String>> = Vec::with_capacity(servers.len());
+    let mut content_changed = false;
+    let mut identical = true;
+    for groups in servers.values() {
+        for g in groups {
+            match merged.remove(g.name()) {
+                Some(existing) => {
+                    let (m, changed) = merge_group(existing, g);
+                    content_changed |= changed;
+                    merged.insert(g.name().to_string(), m);
+                }
+                None => {
+                    merged.insert(g.name().to_string(), g.clone());
+                }
+            }
+        }
+        let group_names = names(groups, |g| g.name());
+        identical &= group_names == first_names;
+        all_names.push(group_names);
+    }
+    if !content_changed && identical {
+        return first.clone();
+    }
+    let order = if identical { first_names } else { merge_preserving_relative_order(&all_names) };
+    assemble(merged, &order)
+}
+
+fn names<T>(items: &[T], name: impl Fn(&T) -> &str) -> Vec<String> {
+    items.iter().map(|i| name(i).to_string()).collect()
+}
+
+/// Takes each name's entry once, in `order`.
+fn assemble<T>(mut by_name: HashMap<String, T>, order: &[String]) -> Vec<T> {
+    order.iter().filter_map(|n| by_name.remove(n)).collect()
+}
+
+/// `mergeVersionsAcrossGroup`: versions unioned, `a`'s metadata kept.
+fn merge_group(a: APIGroupDiscovery, b: &APIGroupDiscovery) -> (APIGroupDiscovery, bool) {
+    let a_names = names(&a.versions, |v| v.version.as_str());
+    let b_names = names(&b.versions, |v| v.version.as_str());
+    let mut content_merged = false;
+    let mut by_name: HashMap<String, APIVersionDiscovery> =
+        a.versions.iter().map(|v| (v.version.clone(), v.clone())).collect();
+    for v in &b.versions {
+        match by_name.remove(&v.version) {
+            None => {
+                by_name.insert(v.version.clone(), v.clone());
+            }
+            Some(existing) => {
+                let (m, changed) = merge_version(existing, v);
+                content_merged |= changed;
+                by_name.insert(v.version.clone(), m);
+            }
+        }
+    }
+    let identical = a_names == b_names;
+    if !content_merged && identical {
+        return (a, false);
+    }
+    let order = if identical { a_names } else { merge_preserving_relative_order(&[a_names, b_names]) };
+    (APIGroupDiscovery { metadata: a.metadata, versions: assemble(by_name, &order) }, true)
+}
+
+/// `mergeResourcesAcrossVersion`: resources unioned; `a`'s freshness kept.
+fn merge_version(a: APIVersionDiscovery, b: &APIVersionDiscovery) -> (APIVersionDiscovery, bool) {
+    let a_names = names(&a.resources, |r| r.resource.as_str());
+    let b_names = names(&b.resources, |r| r.resource.as_str());
+    let mut content_changed = false;
+    let mut by_name: HashMap<String, APIResourceDiscovery> =
+        a.resources.iter().map(|r| (r.resource.clone(), r.clone())).collect();
+    for r in &b.resources {
+        match by_name.get(&r.resource) {
+            None => {
+                by_name.insert(r.resource.clone(), r.clone());
+            }
+            Some(existing) if existing == r => {}
+            Some(existing) => {
+                content_changed = true;
+                let m = merge_capabilities(existing, r);
+                by_name.insert(r.resource.clone(), m);
+            }
+        }
+    }
+    let identical = a_names == b_names;
+    if !content_changed && identical {
+        return (a, false);
+    }
+    let order = if identical { a_names } else { merge_preserving_relative_order(&[a_names, b_names]) };
+    (APIVersionDiscovery { version: a.version, resources: assemble(by_name, &order), freshness: a.freshness }, true)
+}
+
+/// `mergeResourceCapabilities`: verbs a sorted union (nil when empty),
+/// subresources a union by name (`b` wins a clash) sorted by name; every
+/// other field from `a` (from `b` if `a` has no resource name).
+fn merge_capabilities(a: &APIResourceDiscovery, b: &APIResourceDiscovery) -> APIResourceDiscovery {
+    let verbs: BTreeSet<&String> = a.verbs.iter().flatten().chain(b.verbs.iter().flatten()).collect();
+    let mut subs: BTreeMap<&str, &crate::apidiscovery::APISubresourceDiscovery> = BTreeMap::new();
+    for s in a.subresources.iter().chain(&b.subresources) {
+        subs.insert(&s.subresource, s);
+    }
+    let mut merged = if a.resource.is_empty() { b.clone() } else { a.clone() };
+    merged.verbs = if verbs.is_empty() { None } else { Some(verbs.into_iter().cloned().collect()) };
+    merged.subresources = subs.into_values().cloned().collect();
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apidiscovery::{APISubresourceDiscovery, ObjectMeta};
+
+    fn res(name: &str, verbs: &[&str], subs: &[&str]) -> APIResourceDiscovery {
+        APIResourceDiscovery {
+            resource: name.into(),
+            scope: "Namespaced".into(),
+            singular_resource: name.trim_end_matches('s').into(),
+            verbs: Some(verbs.iter().map(|s| s.to_string()).collect()),
+            subresources: subs
+                .iter()
+                .map(|s| APISubresourceDiscovery { subresource: s.to_string(), verbs: Some(vec!["get".into()]), ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn group(name: &str, versions: &[(&str, Vec<APIResourceDiscovery>)]) -> APIGroupDiscovery {
+        APIGroupDiscovery {
+            metadata: ObjectMeta { name: name.into() },
+            versions: versions
+                .iter()
+                .map(|(v, r)| APIVersionDiscovery { version: v.to_string(), resources: r.clone(), freshness: "Current".into() })
+                .collect(),
+        }
+    }
+
+    fn servers(list: Vec<(&str, Vec<APIGroupDiscovery>)>) -> BTreeMap<String, Vec<APIGroupDiscovery>> {
+        list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    fn group_names(g: &[APIGroupDiscovery]) -> Vec<&str> {
+        g.iter().map(|g| g.name()).collect()
+    }
+
+    // The spec's conflict cases (peer_aggregated_handler_test.go).
+    #[test]
+    fn conflicting_group_orders_follow_the_first_server_holding_everything() {
+        let g1 = group("g1", &[("v1", vec![res("a", &["get"], &[])])]);
+        let g2 = group("g2", &[("v1", vec![res("b", &["get"], &[])])]);
+        let out = merge(&servers(vec![("A", vec![g1.clone(), g2.clone()]), ("B", vec![g2.clone(), g1.clone()])]));
+        assert_eq!(group_names(&out), ["g1", "g2"]);
+        let out = merge(&servers(vec![("B", vec![g1.clone(), g2.clone()]), ("A", vec![g2, g1])]));
+        assert_eq!(group_names(&out), ["g2", "g1"]);
+    }
+
+    #[test]
+    fn verbs_and_subresources_are_unioned() {
+        let a = group("apps", &[("v1", vec![res("deployments", &["get", "list"], &["status"])])]);
+        let b = group("apps", &[("v1", vec![res("deployments", &["get", "watch"], &["log"])])]);
+        let out = merge(&servers(vec![("a", vec![a]), ("b", vec![b])]));
+        let d = &out[0].versions[0].resources[0];
+        assert_eq!(d.verbs.as_deref().unwrap(), ["get", "list", "watch"]);
+        let subs: Vec<&str> = d.subresources.iter().map(|s| s.subresource.as_str()).collect();
+        assert_eq!(subs, ["log", "status"]);
+    }
+
+    #[test]
+    fn other_fields_come_from_the_base() {
+        let mut ra = res("widgets", &["get"], &[]);
+        ra.short_names = vec!["w".into()];
+        let mut rb = res("widgets", &["list"], &[]);
+        rb.short_names = vec!["wd".into()];
+        rb.scope = "Cluster".into();
+        let out = merge(&servers(vec![("a", vec![group("x", &[("v1", vec![ra])])]), ("b", vec![group("x", &[("v1", vec![rb])])])]));
+        let w = &out[0].versions[0].resources[0];
+        assert_eq!((w.short_names.clone(), w.scope.as_str()), (vec!["w".to_string()], "Namespaced"));
+        assert_eq!(w.verbs.as_deref().unwrap(), ["get", "list"]);
+    }
+
+    #[test]
+    fn versions_and_resources_merge_preserving_order() {
+        let a = group("resource.k8s.io", &[("v1beta2", vec![res("a", &["get"], &[])]), ("v1beta1", vec![res("a", &["get"], &[])])]);
+        let b = group(
+            "resource.k8s.io",
+            &[("v1", vec![res("a", &["get"], &[])]), ("v1beta2", vec![res("a", &["get"], &[]), res("b", &["get"], &[])])],
+        );
+        let out = merge(&servers(vec![("a", vec![a]), ("b", vec![b])]));
+        let versions: Vec<&str> = out[0].versions.iter().map(|v| v.version.as_str()).collect();
+        assert_eq!(versions, ["v1", "v1beta2", "v1beta1"]);
+        let v1beta2: Vec<&str> = out[0].versions[1].resources.iter().map(|r| r.resource.as_str()).collect();
+        assert_eq!(v1beta2, ["a", "b"]);
+    }
+
+    #[test]
+    fn identical_servers_return_the_document_unchanged() {
+        let g = vec![group("b", &[("v1", vec![res("x", &["get"], &[])])]), group("a", &[("v1", vec![res("y", &["get"], &[])])])];
+        assert_eq!(merge(&servers(vec![("s1", g.clone()), ("s2", g.clone()), ("s3", g.clone())])), g);
+        assert_eq!(merge(&servers(vec![("only", g.clone())])), g);
+        assert!(merge(&BTreeMap::new()).is_empty());
+    }
+}
