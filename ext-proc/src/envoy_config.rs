@@ -39,6 +39,9 @@ pub struct EnvoyConfigOptions {
     /// mvp-ext-proc's gRPC address, `IP:port` or `host:port`.
     pub ext_proc: String,
     pub table_poll_interval: Duration,
+    /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
+    /// the apiserver's own document.
+    pub ext_proc_message_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +147,27 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         "timeout_ms": 2000,
     });
 
+    let route_action = json!({
+        "cluster": "apiservers",
+        "timeout": "0s",
+        "retry_policy": {
+            // Only failures where the request never reached an apiserver:
+            // safe for every verb.
+            "retry_on": "connect-failure,refused-stream,reset-before-request",
+            "num_retries": retries,
+            "retry_host_predicate": [{
+                "name": "envoy.retry_host_predicates.previous_hosts",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
+            }],
+            "host_selection_retry_max_attempts": 5,
+        },
+    });
+    // `/apis` (kubectl also sends `/apis?timeout=32s`; the query is not part
+    // of the match) goes through ext_proc; every other route has no
+    // ext_proc stream at all.
+    let discovery_route = |path: &str| json!({"match": {"path": path}, "route": route_action.clone()});
+    let ext_proc_ms = o.ext_proc_message_timeout.as_millis().max(1) as u64;
+
     let hcm = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "apiserver_front_door",
@@ -166,24 +190,20 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
             "virtual_hosts": [{
                 "name": "apiservers",
                 "domains": ["*"],
-                "routes": [{
-                    "match": {"prefix": "/"},
-                    "route": {
-                        "cluster": "apiservers",
-                        "timeout": "0s",
-                        "retry_policy": {
-                            // Only failures where the request never reached an
-                            // apiserver: safe for every verb.
-                            "retry_on": "connect-failure,refused-stream,reset-before-request",
-                            "num_retries": retries,
-                            "retry_host_predicate": [{
-                                "name": "envoy.retry_host_predicates.previous_hosts",
-                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
-                            }],
-                            "host_selection_retry_max_attempts": 5,
+                "routes": [
+                    discovery_route("/apis"),
+                    discovery_route("/apis/"),
+                    {
+                        "match": {"prefix": "/"},
+                        "route": route_action,
+                        "typed_per_filter_config": {
+                            "envoy.filters.http.ext_proc": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+                                "disabled": true,
+                            },
                         },
                     },
-                }],
+                ],
             }],
         },
         "http_filters": [
@@ -196,6 +216,26 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
                     // of every request on that worker getting a 503. Safe
                     // because the route header is already stripped above.
                     "config": wasm_plugin("mvp_router", router_config, &o.wasm, "FAIL_OPEN"),
+                },
+            },
+            {
+                "name": "envoy.filters.http.ext_proc",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+                    "grpc_service": {"envoy_grpc": {"cluster_name": "mvp_ext_proc"}, "timeout": format!("{}s", (ext_proc_ms * 2) as f64 / 1000.0)},
+                    // mvp-ext-proc down or slow: the client gets the
+                    // apiserver's own document, never an error.
+                    "failure_mode_allow": true,
+                    "message_timeout": format!("{}s", ext_proc_ms as f64 / 1000.0),
+                    "allow_mode_override": true,
+                    "processing_mode": {
+                        "request_header_mode": "SEND",
+                        "response_header_mode": "SEND",
+                        "request_body_mode": "NONE",
+                        "response_body_mode": "NONE",
+                        "request_trailer_mode": "SKIP",
+                        "response_trailer_mode": "SKIP",
+                    },
                 },
             },
             {
@@ -299,6 +339,7 @@ mod tests {
             wasm: "/w.wasm".into(),
             ext_proc: "127.0.0.1:18000".into(),
             table_poll_interval: Duration::from_millis(200),
+            ext_proc_message_timeout: Duration::from_millis(250),
         }
     }
 

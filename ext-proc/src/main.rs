@@ -12,6 +12,7 @@ mod envoy_config;
 mod health;
 mod metrics;
 mod publish;
+mod rewrite;
 mod sync;
 mod table;
 
@@ -46,6 +47,9 @@ enum Command {
     Serve(ServeArgs),
     /// Print a complete Envoy bootstrap for these apiservers.
     EnvoyConfig(EnvoyConfigArgs),
+    /// Decode a protobuf APIGroupDiscoveryList (Kubernetes envelope) from
+    /// standard input and print it as JSON.
+    DecodeDiscovery,
 }
 
 #[derive(Parser)]
@@ -53,7 +57,7 @@ struct ServeArgs {
     /// An apiserver behind the front door, NAME=URL (repeat for each).
     #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
     apiservers: Vec<ApiserverSpec>,
-    /// Address for the gRPC services Envoy calls (routing table).
+    /// Address for the gRPC services Envoy calls (routing table, ext_proc for /apis).
     #[arg(long, value_name = "ADDR:PORT")]
     grpc_listen: SocketAddr,
     /// Address for /metrics, /healthz, /readyz and /table.
@@ -71,6 +75,11 @@ struct ServeArgs {
     /// Largest discovery document accepted, in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_discovery_bytes: usize,
+    /// File holding a bearer token sent with discovery requests (e.g. a
+    /// ServiceAccount token; discovery is readable by every authenticated
+    /// user through kube's system:discovery role).
+    #[arg(long, value_name = "FILE")]
+    discovery_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Parser)]
@@ -93,6 +102,10 @@ struct EnvoyConfigArgs {
     /// How often Envoy's refresher asks mvp-ext-proc for a newer table.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     table_poll_interval: Duration,
+    /// Longest Envoy waits for mvp-ext-proc in each /apis phase before it
+    /// serves the apiserver's own (unmerged) document instead.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
+    ext_proc_message_timeout: Duration,
     /// Write to this file instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
@@ -114,6 +127,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::EnvoyConfig(args) => envoy_config(args),
+        Command::DecodeDiscovery => decode_discovery(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -133,12 +147,24 @@ fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
         wasm: a.wasm,
         ext_proc: a.ext_proc,
         table_poll_interval: a.table_poll_interval,
+        ext_proc_message_timeout: a.ext_proc_message_timeout,
     };
     let yaml = envoy_config::render_yaml(&opts, &command)?;
     match a.output {
         Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
         None => print!("{yaml}"),
     }
+    Ok(())
+}
+
+fn decode_discovery() -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut body = Vec::new();
+    std::io::stdin().read_to_end(&mut body).context("reading standard input")?;
+    let list = merge::document::decode_protobuf(&body).map_err(anyhow::Error::msg)?;
+    let mut out = apidiscovery::go_json(&list);
+    out.push(b'\n');
+    std::io::stdout().write_all(&out).context("writing standard output")?;
     Ok(())
 }
 
@@ -174,7 +200,21 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
 
 async fn run(a: ServeArgs) -> anyhow::Result<()> {
     let metrics = metrics::Metrics::new();
+    let mut default_headers = reqwest::header::HeaderMap::new();
+    if let Some(path) = &a.discovery_token_file {
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("--discovery-token-file {}: cannot read", path.display()))?;
+        let token = token.trim();
+        if token.is_empty() {
+            anyhow::bail!("--discovery-token-file {}: the file is empty", path.display());
+        }
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .with_context(|| format!("--discovery-token-file {}: not a valid token", path.display()))?;
+        value.set_sensitive(true);
+        default_headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let client = reqwest::Client::builder()
+        .default_headers(default_headers)
         .user_agent(concat!("mvp-ext-proc/", env!("CARGO_PKG_VERSION")))
         .no_proxy()
         .connect_timeout(Duration::from_secs(3))
@@ -209,6 +249,7 @@ async fn run(a: ServeArgs) -> anyhow::Result<()> {
 
     let grpc_server = tonic::transport::Server::builder()
         .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
+        .add_service(rewrite::processor::Rewriter::server(published.merged.clone(), metrics.clone()))
         .serve_with_incoming_shutdown(tokio_stream_incoming(grpc), shutdown_signal());
     let sync_task = tokio::spawn(syncer.run());
     let admin_task = admin.map(|l| {

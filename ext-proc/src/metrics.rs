@@ -41,6 +41,10 @@ pub struct Metrics {
     table_updates: Counter,
     table_resources: Gauge,
     table_requests: Family<ResultLabels, Counter>,
+    peer_aggregated_hits: Counter,
+    peer_aggregated_misses: Counter,
+    nopeer_requests: Counter,
+    rewrites: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -54,6 +58,10 @@ impl Metrics {
             table_updates: Counter::default(),
             table_resources: Gauge::default(),
             table_requests: Family::default(),
+            peer_aggregated_hits: Counter::default(),
+            peer_aggregated_misses: Counter::default(),
+            nopeer_requests: Counter::default(),
+            rewrites: Family::default(),
         };
         registry.register(
             "apiserver_peer_discovery_sync_errors",
@@ -68,6 +76,27 @@ impl Metrics {
             "mvp_routing_table_requests",
             "GetTable calls from Envoy, by result (current, sent, unavailable)",
             m.table_requests.clone(),
+        );
+        // Named after kube-apiserver's aggregated discovery metrics.
+        registry.register(
+            "aggregator_discovery_peer_aggregated_cache_hits",
+            "Peer-aggregated /apis responses served from the cached merged document",
+            m.peer_aggregated_hits.clone(),
+        );
+        registry.register(
+            "aggregator_discovery_peer_aggregated_cache_misses",
+            "Times the peer-aggregated document was rebuilt",
+            m.peer_aggregated_misses.clone(),
+        );
+        registry.register(
+            "aggregator_discovery_nopeer_requests",
+            "/apis requests for the answering apiserver's own view (profile=nopeer)",
+            m.nopeer_requests.clone(),
+        );
+        registry.register(
+            "mvp_discovery_rewrites",
+            "/apis exchanges by outcome (merged, group_list, not_modified, nopeer, passthrough, upstream_status, not_rewritable)",
+            m.rewrites.clone(),
         );
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         Arc::new(m)
@@ -94,6 +123,22 @@ impl Metrics {
 
     pub fn table_request(&self, result: &str) {
         self.table_requests.get_or_create(&ResultLabels { result: result.into() }).inc();
+    }
+
+    pub fn peer_aggregated_cache_hit(&self) {
+        self.peer_aggregated_hits.inc();
+    }
+
+    pub fn peer_aggregated_cache_miss(&self) {
+        self.peer_aggregated_misses.inc();
+    }
+
+    pub fn nopeer_request(&self) {
+        self.nopeer_requests.inc();
+    }
+
+    pub fn discovery_rewrite(&self, result: &str) {
+        self.rewrites.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     pub fn encode(&self) -> String {
@@ -141,6 +186,7 @@ async fn readyz(State(s): State<AdminState>) -> Response {
 async fn table_handler(State(s): State<AdminState>) -> Response {
     let table = s.published.table.borrow().clone();
     let states = s.published.states.borrow().clone();
+    let merged = s.published.merged.borrow().clone();
     let apiservers: Vec<serde_json::Value> = states
         .iter()
         .map(|st| {
@@ -158,6 +204,12 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
         "version": table.version.to_string(),
         "resources": crate::table::resource_count(&table),
         "apiservers": apiservers,
+        "discovery": merged.map(|m| serde_json::json!({
+            "etag": m.etag,
+            "groups": m.items.len(),
+            "bytes": m.json.identity.len(),
+            "sources": m.sources,
+        })),
     }))
     .into_response()
 }

@@ -11,7 +11,9 @@ use tokio::sync::watch;
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::{Discoverer, DiscoveryOptions};
+use crate::discover::ServerView;
 use crate::health::ServerState;
+use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
 use crate::table;
 
@@ -27,6 +29,8 @@ pub struct SyncOptions {
 pub struct Published {
     pub table: watch::Receiver<Arc<pb::RoutingTable>>,
     pub states: watch::Receiver<Arc<Vec<ServerState>>>,
+    /// The peer-aggregated `/apis`, rebuilt only when some server's view changed.
+    pub merged: watch::Receiver<Option<Arc<MergedDocument>>>,
 }
 
 pub struct Syncer {
@@ -35,6 +39,9 @@ pub struct Syncer {
     options: SyncOptions,
     table_tx: watch::Sender<Arc<pb::RoutingTable>>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
+    merged_tx: watch::Sender<Option<Arc<MergedDocument>>>,
+    /// The views the current merged document was built from.
+    merged_from: Vec<(String, Arc<ServerView>)>,
     metrics: Arc<Metrics>,
 }
 
@@ -47,8 +54,9 @@ impl Syncer {
             .collect();
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
-        let syncer = Syncer { states, discoverers, options, table_tx, states_tx, metrics };
-        (syncer, Published { table, states: states_rx })
+        let (merged_tx, merged) = watch::channel(None);
+        let syncer = Syncer { states, discoverers, options, table_tx, states_tx, merged_tx, merged_from: vec![], metrics };
+        (syncer, Published { table, states: states_rx, merged })
     }
 
     pub async fn run(mut self) {
@@ -107,7 +115,39 @@ impl Syncer {
             self.metrics.table_changed(&new);
             self.table_tx.send_replace(Arc::new(new));
         }
+        self.rebuild_discovery();
         self.states_tx.send_replace(Arc::new(self.states.clone()));
+    }
+
+    /// Merges the same servers routing uses (healthy, or unhealthy within
+    /// retention), and only when one of their views changed: views are
+    /// replaced only when different, so pointer equality means unchanged.
+    fn rebuild_discovery(&mut self) {
+        let inputs: Vec<(String, Arc<ServerView>)> = self
+            .states
+            .iter()
+            .filter(|s| s.address.is_some())
+            .filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?)))
+            .collect();
+        let unchanged = inputs.len() == self.merged_from.len()
+            && inputs.iter().zip(&self.merged_from).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1));
+        if unchanged && self.merged_tx.borrow().is_some() {
+            return;
+        }
+        let servers = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
+        let started = Instant::now();
+        let doc = MergedDocument::build(&servers);
+        self.metrics.peer_aggregated_cache_miss();
+        tracing::info!(
+            etag = %doc.etag.get(1..17).unwrap_or(""),
+            groups = doc.items.len(),
+            bytes = doc.json.identity.len(),
+            sources = ?doc.sources,
+            took = ?started.elapsed(),
+            "peer-aggregated discovery rebuilt"
+        );
+        self.merged_tx.send_replace(Some(Arc::new(doc)));
+        self.merged_from = inputs;
     }
 }
 

@@ -124,6 +124,13 @@ impl Proc {
         }
     }
 
+    /// Sends a signal (`STOP`, `CONT`, …) to the process.
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg(format!("-{sig}")).arg(c.id().to_string()).status();
+        }
+    }
+
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
@@ -153,11 +160,18 @@ pub struct FakeSpec {
     pub listed_only: Vec<String>,
     /// `v2` or `v2beta1`.
     pub aggregated_version: String,
+    pub bearer_token: Option<String>,
 }
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into() }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into(), bearer_token: None }
+    }
+
+    /// Requires `Authorization: Bearer <token>` (401 otherwise).
+    pub fn with_token(mut self, token: &str) -> FakeSpec {
+        self.bearer_token = Some(token.into());
+        self
     }
 
     /// A Kubernetes 1.26–1.29 server: aggregated discovery only as v2beta1.
@@ -208,6 +222,8 @@ pub struct Options {
     pub edit_config: Option<fn(String) -> String>,
     /// Extra `mvp-ext-proc serve` flags.
     pub ext_proc_args: Vec<String>,
+    /// Bearer token mvp-ext-proc sends with its discovery requests.
+    pub discovery_token: Option<String>,
 }
 
 impl Default for Options {
@@ -218,6 +234,7 @@ impl Default for Options {
             concurrency: 2,
             edit_config: None,
             ext_proc_args: vec![],
+            discovery_token: None,
         }
     }
 }
@@ -252,6 +269,10 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
     }
     args.push("--aggregated-discovery-version".into());
     args.push(spec.aggregated_version.clone());
+    if let Some(t) = &spec.bearer_token {
+        args.push("--require-bearer-token".into());
+        args.push(t.clone());
+    }
     for gv in &spec.listed_only {
         args.push("--list-unserved-group-version".into());
         args.push(gv.clone());
@@ -268,7 +289,7 @@ impl FrontDoor {
             let proc = start_fake(dir.path(), spec, port)?;
             fakes.push(Fake { spec: spec.clone(), port, proc });
         }
-        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).build()?;
+        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
         for f in &fakes {
             let url = format!("{}/healthz", f.url());
             wait_for(&format!("fake apiserver {}", f.spec.name), Duration::from_secs(10), || async {
@@ -293,6 +314,11 @@ impl FrontDoor {
             format!("{}ms", options.retention.as_millis()),
         ]);
         serve_args.extend(options.ext_proc_args.iter().cloned());
+        if let Some(token) = &options.discovery_token {
+            let path = dir.path().join("discovery-token");
+            std::fs::write(&path, token)?;
+            serve_args.extend(["--discovery-token-file".into(), path.to_string_lossy().into_owned()]);
+        }
         let ext_proc = Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin()?, &serve_args)?;
 
         let config_path = dir.path().join("envoy.yaml");
@@ -395,6 +421,24 @@ impl FrontDoor {
         let v = serde_json::from_slice(first_line).with_context(|| format!("{path}: body is not JSON: {}", String::from_utf8_lossy(&body)))?;
         Ok((status, v))
     }
+}
+
+/// A protobuf `APIGroupDiscoveryList` body as JSON, decoded by
+/// `mvp-ext-proc decode-discovery`.
+pub fn decode_discovery_protobuf(body: &[u8]) -> Result<Value> {
+    use std::io::Write;
+    let mut child = Command::new(ext_proc_bin()?)
+        .arg("decode-discovery")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child.stdin.take().context("stdin")?.write_all(body)?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("decode-discovery failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 /// Which fake apiserver answered, from a resource response's body.

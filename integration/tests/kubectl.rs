@@ -57,3 +57,34 @@ async fn kubectl_get_raw_reaches_new_and_old_only_resources() {
         }
     }
 }
+
+/// `kubectl api-resources` reads peer-aggregated discovery: it lists
+/// resources only v1.30 serves and resources only v1.37 serves.
+#[tokio::test]
+async fn kubectl_api_resources_lists_old_only_and_new_only_resources() {
+    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")];
+    let door = FrontDoor::start(&specs, Options::default()).await.unwrap();
+    door.wait_table_published(|t| t["discovery"]["sources"].as_array().is_some_and(|s| s.len() == 2)).await.unwrap();
+    let config = kubeconfig(door.dir.path(), &door.url(""));
+    for kubectl in [preinstalled_kubectl(), kubectl_137().unwrap()] {
+        for _ in 0..2 {
+            let cache = tempfile::tempdir().unwrap();
+            let out = Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(&config)
+                .args(["api-resources", "--no-headers", "-o", "wide"])
+                .env("KUBECACHEDIR", cache.path())
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{}: {}", kubectl.display(), String::from_utf8_lossy(&out.stderr));
+            // v1.37 only: lifecycle.k8s.io evictionrequests; v1.30 only:
+            // resource.k8s.io/v1alpha2 resourceclaimparameters.
+            let line = |name: &str| text.lines().find(|l| l.split_whitespace().next() == Some(name)).map(str::to_string);
+            let er = line("evictionrequests").unwrap_or_else(|| panic!("{}: no evictionrequests in\n{text}", kubectl.display()));
+            assert!(er.contains("lifecycle.k8s.io/v1alpha1"), "{er}");
+            let rcp = line("resourceclaimparameters").unwrap_or_else(|| panic!("{}: no resourceclaimparameters in\n{text}", kubectl.display()));
+            assert!(rcp.contains("resource.k8s.io/v1alpha2"), "{rcp}");
+        }
+    }
+}

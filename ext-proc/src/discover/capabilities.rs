@@ -20,6 +20,7 @@ impl Capabilities {
     }
 
     /// Adds an unaggregated resource name: `pods` or `pods/status`.
+    #[cfg(test)]
     pub fn add_resource_name(&mut self, group: &str, version: &str, name: &str) {
         let resources = self.add_version(group, version);
         match name.split_once('/') {

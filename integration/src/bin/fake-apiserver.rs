@@ -33,6 +33,9 @@ struct Args {
     /// Aggregated discovery version served: v2 (Kubernetes 1.30+) or v2beta1 (1.26–1.29).
     #[arg(long, default_value = "v2", value_parser = ["v2", "v2beta1"])]
     aggregated_discovery_version: String,
+    /// Require `Authorization: Bearer TOKEN` on every API request (401 otherwise).
+    #[arg(long, value_name = "TOKEN")]
+    require_bearer_token: Option<String>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -49,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         aggregated_version: a.aggregated_discovery_version.clone(),
         stats: Default::default(),
         apis_override: Default::default(),
+        bearer_token: a.require_bearer_token,
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
     tracing::info!(name = %a.name, release = %a.release, listen = %a.listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");

@@ -37,6 +37,9 @@ pub struct FakeState {
     /// When set, served verbatim as the aggregated `/apis` body (tests of
     /// broken and oversized documents).
     pub apis_override: Arc<RwLock<Option<Bytes>>>,
+    /// When set, every API request (not health, not test control) must
+    /// carry `Authorization: Bearer <token>`, or gets kube's 401 Status.
+    pub bearer_token: Option<String>,
 }
 
 /// What the fake counted, at `GET /__fake/stats`.
@@ -60,6 +63,8 @@ pub fn router(state: FakeState) -> axum::Router {
         .route("/__fake/stats", axum::routing::get(stats))
         .route("/__fake/apis-body", axum::routing::post(set_apis_body).delete(clear_apis_body))
         .fallback(handle)
+        // Tests post multi-MiB discovery documents to the control endpoints.
+        .layer(axum::extract::DefaultBodyLimit::max(256 << 20))
         .with_state(state)
 }
 
@@ -178,9 +183,20 @@ fn aggregated(s: &FakeState, headers: &HeaderMap, doc: &super::documents::Aggreg
     (StatusCode::OK, h, doc.body.clone()).into_response()
 }
 
+fn unauthorized() -> Response {
+    json_response(StatusCode::UNAUTHORIZED, &status_json(401, "Unauthorized", "Unauthorized"))
+}
+
 async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     let docs = s.docs();
     let path = req.uri().path().to_string();
+    let health = matches!(path.as_str(), "/healthz" | "/readyz" | "/livez");
+    if let (Some(token), false) = (&s.bearer_token, health) {
+        let sent = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if sent != Some(format!("Bearer {token}").as_str()) {
+            return unauthorized();
+        }
+    }
     let query = req.uri().query().unwrap_or("").to_string();
     let headers = req.headers().clone();
     let method = req.method().as_str().to_string();
