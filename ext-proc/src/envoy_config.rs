@@ -19,18 +19,54 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::apiservers::ApiserverSpec;
+use crate::tls::{FrontTls, PeerTls};
 
 /// Header the wasm filter sets and the override-host policy reads.
 pub const ROUTE_HEADER: &str = "x-mvp-route";
 
 /// Headers removed from every client request before routing. `x-remote-*`
-/// are kube-apiserver's requestheader identity headers; `x-envoy-*` would let
-/// a client steer Envoy's retries and timeouts (the filter sets
-/// `x-envoy-max-retries` itself).
+/// are kube-apiserver's default requestheader identity headers (configured
+/// names are stripped too); `x-envoy-*` would let a client steer Envoy's
+/// retries and timeouts (the filter sets `x-envoy-max-retries` itself).
 pub const STRIPPED_HEADERS: &[&str] = &[ROUTE_HEADER, "x-kubernetes-peer-proxied"];
 pub const STRIPPED_PREFIXES: &[&str] = &["x-remote-", "x-envoy-"];
 
-#[derive(Debug, Clone)]
+/// Lower-case header names of kube's requestheader authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHeaderNames {
+    pub username: Vec<String>,
+    pub group: Vec<String>,
+    pub extra_prefix: Vec<String>,
+}
+
+impl Default for RequestHeaderNames {
+    fn default() -> Self {
+        RequestHeaderNames {
+            username: vec!["x-remote-user".into()],
+            group: vec!["x-remote-group".into()],
+            extra_prefix: vec!["x-remote-extra-".into()],
+        }
+    }
+}
+
+/// All apiservers speak the same scheme, and https ones are verified.
+pub fn check_schemes(apiservers: &[ApiserverSpec], peer: Option<&PeerTls>) -> Result<(), ConfigError> {
+    let tls = apiservers.iter().filter(|a| a.is_tls()).count();
+    if tls != 0 && tls != apiservers.len() {
+        return Err(ConfigError::Apiservers("--apiserver URLs mix http:// and https://; use one scheme for all".into()));
+    }
+    match (tls != 0, peer.is_some()) {
+        (true, false) => Err(ConfigError::Tls(
+            apiservers.first().map(|a| a.name.clone()).unwrap_or_default(),
+        )),
+        (false, true) => Err(ConfigError::Apiservers(
+            "--peer-ca-file is set but the apiservers are http://; use https:// URLs".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[derive(Clone)]
 pub struct EnvoyConfigOptions {
     pub apiservers: Vec<ApiserverSpec>,
     pub listen: SocketAddr,
@@ -42,16 +78,21 @@ pub struct EnvoyConfigOptions {
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
     pub ext_proc_message_timeout: Duration,
+    pub front_tls: Option<FrontTls>,
+    pub peer_tls: Option<PeerTls>,
+    pub requestheader: RequestHeaderNames,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("--ext-proc {0:?}: expected HOST:PORT")]
     ExtProc(String),
-    #[error(
-        "--apiserver {0}: https apiservers need the TLS flags, which this version does not render yet; use an http:// URL"
-    )]
+    #[error("--apiserver {0}: https:// apiservers need --peer-ca-file (they are never contacted unverified)")]
     Tls(String),
+    #[error(
+        "--client-ca-file forwards client identities as requestheaders, which apiservers trust only from the front door's --proxy-client-cert-file"
+    )]
+    IdentityNeedsProxyCert,
     #[error("{0}")]
     Apiservers(String),
 }
@@ -71,6 +112,10 @@ fn split_host_port(s: &str) -> Option<(String, u16)> {
         return None;
     }
     Some((host.to_string(), port.parse().ok()?))
+}
+
+fn path(p: &std::path::Path) -> String {
+    p.to_string_lossy().into_owned()
 }
 
 fn is_ip(host: &str) -> bool {
@@ -119,8 +164,10 @@ fn status_503() -> Value {
 
 pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     crate::apiservers::validate_set(&o.apiservers).map_err(ConfigError::Apiservers)?;
-    if let Some(a) = o.apiservers.iter().find(|a| a.is_tls()) {
-        return Err(ConfigError::Tls(a.name.clone()));
+    check_schemes(&o.apiservers, o.peer_tls.as_ref())?;
+    let forwards_identity = o.front_tls.as_ref().is_some_and(|f| f.client_ca_file.is_some());
+    if forwards_identity && o.peer_tls.as_ref().is_none_or(|p| p.client.is_none()) {
+        return Err(ConfigError::IdentityNeedsProxyCert);
     }
     let (ext_host, ext_port) = split_host_port(&o.ext_proc).ok_or_else(|| ConfigError::ExtProc(o.ext_proc.clone()))?;
 
@@ -132,14 +179,29 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         .collect();
     let retries = o.apiservers.len().saturating_sub(1).max(1);
 
-    let mut early_mutations: Vec<Value> = STRIPPED_HEADERS.iter().map(|h| json!({"remove": h})).collect();
+    let names = &o.requestheader;
+    let mut removed: Vec<&str> = STRIPPED_HEADERS.to_vec();
+    removed.extend(names.username.iter().chain(&names.group).map(String::as_str));
+    removed.sort_unstable();
+    removed.dedup();
+    let mut prefixes: Vec<&str> = STRIPPED_PREFIXES.to_vec();
+    prefixes.extend(names.extra_prefix.iter().map(String::as_str));
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    let mut early_mutations: Vec<Value> = removed.iter().map(|h| json!({"remove": h})).collect();
     early_mutations.extend(
-        STRIPPED_PREFIXES
-            .iter()
-            .map(|p| json!({"remove_on_match": {"key_matcher": {"prefix": p, "ignore_case": true}}})),
+        prefixes.iter().map(|p| json!({"remove_on_match": {"key_matcher": {"prefix": p, "ignore_case": true}}})),
     );
 
-    let router_config = json!({"role": "router", "route_header": ROUTE_HEADER});
+    let mut router_config = json!({"role": "router", "route_header": ROUTE_HEADER});
+    if forwards_identity {
+        // The verified client certificate's CN and O, as kube's x509
+        // authenticator reads them, forwarded under the first configured names.
+        router_config["identity"] = json!({
+            "username_header": names.username.first().cloned().unwrap_or_default(),
+            "group_header": names.group.first().cloned().unwrap_or_default(),
+        });
+    }
     let refresher_config = json!({
         "role": "refresher",
         "cluster": "mvp_ext_proc",
@@ -246,6 +308,57 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         "local_reply_config": {"mappers": [status_503()]},
     });
 
+    // Upstream mTLS: apiservers must present a certificate from
+    // --peer-ca-file for the peer server name (kube: kubernetes.default.svc);
+    // the front door presents its proxy client certificate. HTTP/1.1 only, so
+    // exec/attach/port-forward upgrades pass through as they are.
+    let upstream_tls = match &o.peer_tls {
+        None => Value::Null,
+        Some(p) => {
+            let mut common = json!({
+                "validation_context": {
+                    "trusted_ca": {"filename": path(&p.ca_file)},
+                    "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": p.server_name}}],
+                },
+                "alpn_protocols": ["http/1.1"],
+            });
+            if let Some((cert, key, _)) = &p.client {
+                common["tls_certificates"] =
+                    json!([{"certificate_chain": {"filename": path(cert)}, "private_key": {"filename": path(key)}}]);
+            }
+            json!({
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                    "sni": p.server_name,
+                    "common_tls_context": common,
+                },
+            })
+        }
+    };
+
+    let mut filter_chain = json!({"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]});
+    if let Some(t) = &o.front_tls {
+        let mut common = json!({
+            "tls_certificates": [{"certificate_chain": {"filename": path(&t.cert_file)}, "private_key": {"filename": path(&t.key_file)}}],
+            "alpn_protocols": ["h2", "http/1.1"],
+        });
+        if let Some(ca) = &t.client_ca_file {
+            // Client certificates are optional (bearer tokens work too), but
+            // one that is presented must chain to --client-ca-file or the
+            // handshake fails.
+            common["validation_context"] = json!({"trusted_ca": {"filename": path(ca)}});
+        }
+        filter_chain["transport_socket"] = json!({
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "common_tls_context": common,
+                "require_client_certificate": false,
+            },
+        });
+    }
+
     let override_host = json!({
         "policies": [{
             "typed_extension_config": {
@@ -279,7 +392,7 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
             "listeners": [{
                 "name": "apiserver_front_door",
                 "address": socket_address(&o.listen.ip().to_string(), o.listen.port()),
-                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]}],
+                "filter_chains": [filter_chain],
             }],
             "clusters": [
                 {
@@ -287,6 +400,15 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
                     "type": if all_ip { "STATIC" } else { "STRICT_DNS" },
                     "dns_lookup_family": "V4_PREFERRED",
                     "connect_timeout": "2s",
+                    // Every watch holds an upstream HTTP/1.1 connection; Envoy's
+                    // defaults (1,024) would cap a cluster's watchers.
+                    "circuit_breakers": {"thresholds": [{
+                        "max_connections": 1_000_000,
+                        "max_pending_requests": 1_000_000,
+                        "max_requests": 1_000_000,
+                        "max_retries": 10_000,
+                    }]},
+                    "transport_socket": upstream_tls,
                     "load_balancing_policy": override_host,
                     "load_assignment": {"cluster_name": "apiservers", "endpoints": [{"lb_endpoints": endpoints}]},
                     "typed_extension_protocol_options": {
@@ -318,9 +440,22 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     }))
 }
 
+/// Optional parts are rendered as null; Envoy wants them absent.
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 /// YAML for humans; the header says how it was made so nobody edits it by hand.
 pub fn render_yaml(o: &EnvoyConfigOptions, command: &str) -> Result<String, ConfigError> {
-    let v = render(o)?;
+    let mut v = render(o)?;
+    drop_nulls(&mut v);
     let body = serde_yaml_ng::to_string(&v).unwrap_or_else(|e| format!("# serialization failed: {e}\n"));
     Ok(format!(
         "# Envoy bootstrap for the mvp-envoy front door. Generated by:\n#   {command}\n# Do not edit: change the flags and render it again.\n{body}"
@@ -340,6 +475,9 @@ mod tests {
             ext_proc: "127.0.0.1:18000".into(),
             table_poll_interval: Duration::from_millis(200),
             ext_proc_message_timeout: Duration::from_millis(250),
+            front_tls: None,
+            peer_tls: None,
+            requestheader: RequestHeaderNames::default(),
         }
     }
 
@@ -357,6 +495,7 @@ mod tests {
     fn rejects_what_it_cannot_render() {
         assert!(render(&opts(&[])).is_err());
         assert!(render(&opts(&["a=https://127.0.0.1:1"])).is_err());
+        assert!(render(&opts(&["a=https://127.0.0.1:1", "b=http://127.0.0.1:2"])).is_err());
         let mut o = opts(&["a=http://127.0.0.1:1"]);
         o.ext_proc = "nonsense".into();
         assert!(render(&o).is_err());

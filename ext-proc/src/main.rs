@@ -15,15 +15,24 @@ mod publish;
 mod rewrite;
 mod sync;
 mod table;
+mod tls;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use apiservers::ApiserverSpec;
+
+/// The user mvp-ext-proc's discovery requests carry when it authenticates with
+/// the proxy client certificate. Apiservers authorize it like any
+/// authenticated user: kube's system:discovery role, bound to
+/// system:authenticated, allows /api and /apis.
+const DISCOVERY_USER: &str = "system:mvp-envoy:discovery";
 
 #[derive(Parser)]
 #[command(name = "mvp-ext-proc", version, about = "Mixed-version front door for kube-apiservers: discovery, routing table and Envoy config")]
@@ -50,6 +59,64 @@ enum Command {
     /// Decode a protobuf APIGroupDiscoveryList (Kubernetes envelope) from
     /// standard input and print it as JSON.
     DecodeDiscovery,
+}
+
+/// How the front door reaches apiservers over TLS (kube-apiserver's names).
+#[derive(Parser, Clone)]
+struct PeerTlsArgs {
+    /// CA bundle that apiservers' serving certificates must chain to. Required
+    /// for https:// apiservers; they are never contacted unverified.
+    #[arg(long, value_name = "FILE")]
+    peer_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate the front door presents to apiservers; they trust it
+    /// through --requestheader-client-ca-file / --requestheader-allowed-names.
+    #[arg(long, value_name = "FILE")]
+    proxy_client_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    proxy_client_key_file: Option<std::path::PathBuf>,
+    /// Name sent as SNI and required in apiservers' certificates.
+    #[arg(long, value_name = "NAME", default_value = tls::DEFAULT_PEER_SERVER_NAME)]
+    peer_server_name: String,
+}
+
+impl PeerTlsArgs {
+    fn load(&self) -> anyhow::Result<Option<tls::PeerTls>> {
+        Ok(tls::PeerTls::load(
+            self.peer_ca_file.as_deref(),
+            self.proxy_client_cert_file.as_deref(),
+            self.proxy_client_key_file.as_deref(),
+            &self.peer_server_name,
+        )?)
+    }
+}
+
+/// Header names for forwarded identity, as the apiservers' own
+/// --requestheader-* flags name them.
+#[derive(Parser, Clone)]
+struct RequestHeaderArgs {
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    requestheader_username_headers: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    requestheader_group_headers: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    requestheader_extra_headers_prefix: Vec<String>,
+}
+
+impl RequestHeaderArgs {
+    fn names(&self) -> anyhow::Result<envoy_config::RequestHeaderNames> {
+        let lower = |v: &[String], flag: &str| -> anyhow::Result<Vec<String>> {
+            let out: Vec<String> = v.iter().map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect();
+            if out.is_empty() || out.iter().any(|h| !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')) {
+                anyhow::bail!("{flag}: expected HTTP header names, got {v:?}");
+            }
+            Ok(out)
+        };
+        Ok(envoy_config::RequestHeaderNames {
+            username: lower(&self.requestheader_username_headers, "--requestheader-username-headers")?,
+            group: lower(&self.requestheader_group_headers, "--requestheader-group-headers")?,
+            extra_prefix: lower(&self.requestheader_extra_headers_prefix, "--requestheader-extra-headers-prefix")?,
+        })
+    }
 }
 
 #[derive(Parser)]
@@ -80,6 +147,10 @@ struct ServeArgs {
     /// user through kube's system:discovery role).
     #[arg(long, value_name = "FILE")]
     discovery_token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    peer_tls: PeerTlsArgs,
+    #[command(flatten)]
+    requestheader: RequestHeaderArgs,
 }
 
 #[derive(Parser)]
@@ -102,6 +173,20 @@ struct EnvoyConfigArgs {
     /// How often Envoy's refresher asks mvp-ext-proc for a newer table.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     table_poll_interval: Duration,
+    /// Serving certificate of the front door; with --tls-private-key-file,
+    /// clients connect over TLS (HTTP/2 and HTTP/1.1).
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA that client certificates must chain to; a verified certificate's CN
+    /// and O are forwarded as the requestheader user and groups.
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    peer_tls: PeerTlsArgs,
+    #[command(flatten)]
+    requestheader: RequestHeaderArgs,
     /// Longest Envoy waits for mvp-ext-proc in each /apis phase before it
     /// serves the apiserver's own (unmerged) document instead.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
@@ -140,7 +225,11 @@ fn main() -> ExitCode {
 
 fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
     let command = rendering_command(std::env::args().skip(1));
+    let front_tls = tls::FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
     let opts = envoy_config::EnvoyConfigOptions {
+        front_tls,
+        peer_tls: a.peer_tls.load()?,
+        requestheader: a.requestheader.names()?,
         apiservers: a.apiservers,
         listen: a.listen,
         admin: a.admin,
@@ -213,6 +302,7 @@ async fn run(a: ServeArgs) -> anyhow::Result<()> {
         value.set_sensitive(true);
         default_headers.insert(reqwest::header::AUTHORIZATION, value);
     }
+    let default_headers_for_tls = default_headers.clone();
     let client = reqwest::Client::builder()
         .default_headers(default_headers)
         .user_agent(concat!("mvp-ext-proc/", env!("CARGO_PKG_VERSION")))
@@ -221,12 +311,26 @@ async fn run(a: ServeArgs) -> anyhow::Result<()> {
         .pool_idle_timeout(Duration::from_secs(90))
         .build()
         .context("building the discovery HTTP client")?;
+    let peer_tls = a.peer_tls.load()?;
+    envoy_config::check_schemes(&a.apiservers, peer_tls.as_ref())?;
+    let names = a.requestheader.names()?;
+    let transport = match &peer_tls {
+        None => discover::Transport::Plain(client),
+        Some(p) => discover::Transport::Tls {
+            config: Arc::new(p.client_config()?),
+            server_name: p.server_name.clone(),
+            // With the proxy client certificate the apiserver authenticates us
+            // through requestheader: name who is asking.
+            identity: p.client.as_ref().map(|_| (names.username[0].clone(), DISCOVERY_USER.to_string())),
+            headers: default_headers_for_tls,
+        },
+    };
     let options = sync::SyncOptions {
         interval: a.refresh_interval,
         retention: a.unhealthy_retention,
         discovery: discover::DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
     };
-    let (syncer, published) = sync::Syncer::new(&a.apiservers, client, options, metrics.clone());
+    let (syncer, published) = sync::Syncer::new(&a.apiservers, transport, options, metrics.clone());
 
     let grpc = tokio::net::TcpListener::bind(a.grpc_listen)
         .await

@@ -10,7 +10,7 @@ use mvp_protos::routing::v1 as pb;
 use tokio::sync::watch;
 
 use crate::apiservers::ApiserverSpec;
-use crate::discover::{Discoverer, DiscoveryOptions};
+use crate::discover::{Discoverer, DiscoveryOptions, Transport};
 use crate::discover::ServerView;
 use crate::health::ServerState;
 use crate::merge::MergedDocument;
@@ -46,11 +46,11 @@ pub struct Syncer {
 }
 
 impl Syncer {
-    pub fn new(specs: &[ApiserverSpec], client: reqwest::Client, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
+    pub fn new(specs: &[ApiserverSpec], transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
         let states: Vec<ServerState> = specs.iter().cloned().map(ServerState::new).collect();
         let discoverers = specs
             .iter()
-            .map(|s| Discoverer::new(s, client.clone(), options.discovery.clone()))
+            .map(|s| Discoverer::new(s, transport.clone(), options.discovery.clone()))
             .collect();
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
@@ -76,7 +76,8 @@ impl Syncer {
                 tracing::warn!(apiserver = %s.spec.name, error = %e, "cannot resolve apiserver address; keeping the last one");
             }
         }
-        let results = futures::future::join_all(self.discoverers.iter_mut().map(|d| d.discover())).await;
+        let addresses: Vec<_> = self.states.iter().map(|s| s.address).collect();
+        let results = futures::future::join_all(self.discoverers.iter_mut().zip(addresses).map(|(d, a)| d.discover(a))).await;
         let now = Instant::now();
         for (state, result) in self.states.iter_mut().zip(results) {
             let name = state.spec.name.clone();

@@ -161,11 +161,29 @@ pub struct FakeSpec {
     /// `v2` or `v2beta1`.
     pub aggregated_version: String,
     pub bearer_token: Option<String>,
+    pub tls: Option<FakeTls>,
+}
+
+/// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
+#[derive(Clone, Debug)]
+pub struct FakeTls {
+    pub serving: crate::pki::Leaf,
+    pub client_ca: PathBuf,
+    pub requestheader_ca: PathBuf,
+    pub requestheader_allowed_names: Vec<String>,
+    /// `TOKEN=USER[:GROUPS]`
+    pub tokens: Vec<String>,
 }
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into(), bearer_token: None }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None }
+    }
+
+    /// Serves TLS and authenticates like kube-apiserver.
+    pub fn with_tls(mut self, tls: FakeTls) -> FakeSpec {
+        self.tls = Some(tls);
+        self
     }
 
     /// Requires `Authorization: Bearer <token>` (401 otherwise).
@@ -205,7 +223,8 @@ impl Fake {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.spec.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn address(&self) -> String {
@@ -224,6 +243,9 @@ pub struct Options {
     pub ext_proc_args: Vec<String>,
     /// Bearer token mvp-ext-proc sends with its discovery requests.
     pub discovery_token: Option<String>,
+    /// TLS everywhere: Envoy serves TLS with client certificates from the
+    /// client CA, and reaches apiservers over mTLS as kube's peers do.
+    pub tls: Option<std::sync::Arc<crate::pki::Pki>>,
 }
 
 impl Default for Options {
@@ -235,6 +257,7 @@ impl Default for Options {
             edit_config: None,
             ext_proc_args: vec![],
             discovery_token: None,
+            tls: None,
         }
     }
 }
@@ -251,6 +274,29 @@ pub struct FrontDoor {
     pub http: reqwest::Client,
     pub h2c: reqwest::Client,
     pub dir: tempfile::TempDir,
+    pub tls: Option<std::sync::Arc<crate::pki::Pki>>,
+}
+
+/// rustls client configuration trusting `ca`, presenting `identity` if given.
+pub fn tls_client_config(ca: &Path, identity: Option<&crate::pki::Leaf>, alpn: &[&[u8]]) -> Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
+        roots.add(c?)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some(id) => {
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(&id.cert_file)?.collect::<Result<Vec<_>, _>>()?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&id.key_file)?;
+            builder.with_client_auth_cert(certs, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
 }
 
 pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
@@ -273,6 +319,27 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
         args.push("--require-bearer-token".into());
         args.push(t.clone());
     }
+    if let Some(t) = &spec.tls {
+        let p = |p: &Path| p.to_string_lossy().into_owned();
+        args.extend([
+            "--tls-cert-file".into(),
+            p(&t.serving.cert_file),
+            "--tls-private-key-file".into(),
+            p(&t.serving.key_file),
+            "--client-ca-file".into(),
+            p(&t.client_ca),
+            "--requestheader-client-ca-file".into(),
+            p(&t.requestheader_ca),
+        ]);
+        if !t.requestheader_allowed_names.is_empty() {
+            args.push("--requestheader-allowed-names".into());
+            args.push(t.requestheader_allowed_names.join(","));
+        }
+        for tok in &t.tokens {
+            args.push("--token".into());
+            args.push(tok.clone());
+        }
+    }
     for gv in &spec.listed_only {
         args.push("--list-unserved-group-version".into());
         args.push(gv.clone());
@@ -291,9 +358,9 @@ impl FrontDoor {
         }
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
         for f in &fakes {
-            let url = format!("{}/healthz", f.url());
-            wait_for(&format!("fake apiserver {}", f.spec.name), Duration::from_secs(10), || async {
-                http.get(&url).send().await.ok().filter(|r| r.status().is_success())
+            let addr = f.address();
+            wait_for(&format!("fake apiserver {} to listen", f.spec.name), Duration::from_secs(10), || async {
+                tokio::net::TcpStream::connect(&addr).await.ok()
             })
             .await?;
         }
@@ -314,6 +381,18 @@ impl FrontDoor {
             format!("{}ms", options.retention.as_millis()),
         ]);
         serve_args.extend(options.ext_proc_args.iter().cloned());
+        let peer_flags: Vec<String> = match &options.tls {
+            Some(pki) => vec![
+                "--peer-ca-file".into(),
+                pki.serving.cert_file.to_string_lossy().into_owned(),
+                "--proxy-client-cert-file".into(),
+                pki.proxy_client.cert_file.to_string_lossy().into_owned(),
+                "--proxy-client-key-file".into(),
+                pki.proxy_client.key_file.to_string_lossy().into_owned(),
+            ],
+            None => vec![],
+        };
+        serve_args.extend(peer_flags.iter().cloned());
         if let Some(token) = &options.discovery_token {
             let path = dir.path().join("discovery-token");
             std::fs::write(&path, token)?;
@@ -336,6 +415,17 @@ impl FrontDoor {
             "--table-poll-interval".into(),
             "100ms".into(),
         ]);
+        config_args.extend(peer_flags);
+        if let Some(pki) = &options.tls {
+            config_args.extend([
+                "--tls-cert-file".into(),
+                pki.front_door.cert_file.to_string_lossy().into_owned(),
+                "--tls-private-key-file".into(),
+                pki.front_door.key_file.to_string_lossy().into_owned(),
+                "--client-ca-file".into(),
+                pki.clients.cert_file.to_string_lossy().into_owned(),
+            ]);
+        }
         let out = Command::new(ext_proc_bin()?).args(&config_args).output()?;
         if !out.status.success() {
             bail!("envoy-config failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -356,13 +446,25 @@ impl FrontDoor {
         ];
         let envoy = Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?;
         let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().timeout(Duration::from_secs(10)).build()?;
-        let door = FrontDoor { fakes, ext_proc, envoy, listen_port, admin_port, metrics_port, grpc_port, config_path, http, h2c, dir };
+        let door = FrontDoor { fakes, ext_proc, envoy, listen_port, admin_port, metrics_port, grpc_port, config_path, http, h2c, dir, tls: options.tls.clone() };
         door.wait_ready().await?;
         Ok(door)
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.listen_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.listen_port)
+    }
+
+    /// An HTTPS client for a TLS front door, presenting `identity` (a client
+    /// certificate) if given, over HTTP/2 or HTTP/1.1.
+    pub fn https(&self, identity: Option<&crate::pki::Leaf>, http2: bool) -> Result<reqwest::Client> {
+        let pki = self.tls.as_ref().context("not a TLS front door")?;
+        let alpn: &[&[u8]] = if http2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let config = tls_client_config(&pki.serving.cert_file, identity, alpn)?;
+        let mut b = reqwest::Client::builder().use_preconfigured_tls(config).no_proxy().timeout(Duration::from_secs(10));
+        b = if http2 { b.http2_prior_knowledge() } else { b.http1_only() };
+        Ok(b.build()?)
     }
 
     pub fn fake(&self, name: &str) -> &Fake {

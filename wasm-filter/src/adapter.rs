@@ -13,7 +13,8 @@ use std::time::Duration;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
-use crate::config::{PluginConfig, RefresherConfig, RouterConfig, TABLE_KEY, VERSION_KEY};
+use crate::config::{IdentityConfig, PluginConfig, RefresherConfig, RouterConfig, TABLE_KEY, VERSION_KEY};
+use crate::identity;
 use crate::refresh;
 use crate::route;
 use crate::table::RouteTable;
@@ -75,6 +76,19 @@ mod host {
             return_buffer_data: *mut *mut u8,
             return_buffer_size: *mut usize,
         ) -> u32;
+        fn proxy_add_header_map_value(
+            map_type: u32,
+            key_data: *const u8,
+            key_size: usize,
+            value_data: *const u8,
+            value_size: usize,
+        ) -> u32;
+        fn proxy_get_property(
+            path_data: *const u8,
+            path_size: usize,
+            return_value_data: *mut *mut u8,
+            return_value_size: *mut usize,
+        ) -> u32;
         fn proxy_log(level: u32, message_data: *const u8, message_size: usize) -> u32;
         fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
         fn proxy_define_metric(
@@ -129,6 +143,26 @@ mod host {
             )
         } {
             OK => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    pub fn add_request_header(name: &str, value: &str) -> Result<(), u32> {
+        match unsafe {
+            proxy_add_header_map_value(REQUEST_HEADERS, name.as_ptr(), name.len(), value.as_ptr(), value.len())
+        } {
+            OK => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// A property by its serialized path (parts joined by NUL bytes).
+    pub fn property(path: &[u8]) -> Result<Option<Vec<u8>>, u32> {
+        let mut data = null_mut();
+        let mut size = 0;
+        match unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) } {
+            OK => Ok(Some(unsafe { take(data, size) })),
+            NOT_FOUND => Ok(None),
             s => Err(s),
         }
     }
@@ -396,9 +430,41 @@ struct Request {
 
 impl Context for Request {}
 
+/// `connection.subject_peer_certificate`: the verified client certificate's
+/// subject (RFC 2253), empty without one.
+const PEER_SUBJECT: &[u8] = b"connection\0subject_peer_certificate";
+
+impl Request {
+    /// Forwards a verified client certificate's identity. Envoy's early
+    /// header mutation already removed any client-sent identity headers, so
+    /// these are the only ones the apiserver sees; without a certificate the
+    /// client's own credentials (e.g. a bearer token) speak for it.
+    fn forward_identity(&self, names: &IdentityConfig) {
+        let subject = match host::property(PEER_SUBJECT) {
+            Ok(Some(s)) if !s.is_empty() => s,
+            Ok(_) => return,
+            Err(s) => {
+                warn(&format!("mvp router: reading the client certificate subject failed with status {s}"));
+                return;
+            }
+        };
+        let Some(id) = identity::from_rfc2253(&subject) else { return };
+        let mut result = host::set_request_header(&names.username_header, &id.user);
+        for g in &id.groups {
+            result = result.and_then(|_| host::add_request_header(&names.group_header, g));
+        }
+        if let Err(s) = result {
+            warn(&format!("mvp router: setting identity headers failed with status {s}"));
+        }
+    }
+}
+
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         let r = &self.router;
+        if let Some(names) = &r.config.identity {
+            self.forward_identity(names);
+        }
         r.refresh();
         let path = match host::map_value(host::REQUEST_HEADERS, ":path") {
             Ok(Some(p)) => p,

@@ -24,6 +24,17 @@ pub struct RouterConfig {
     /// early header mutation strips it from every client request before any
     /// filter runs, so only this filter can set it.
     pub route_header: String,
+    /// Forward a verified client certificate's identity as requestheaders
+    /// (set when the front door has a --client-ca-file).
+    #[serde(default)]
+    pub identity: Option<IdentityConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    pub username_header: String,
+    pub group_header: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -57,6 +68,11 @@ impl PluginConfig {
             PluginConfig::Router(r) if r.route_header.is_empty() => {
                 Err("mvp plugin configuration: route_header must not be empty".into())
             }
+            PluginConfig::Router(RouterConfig { identity: Some(i), .. })
+                if i.username_header.is_empty() || i.group_header.is_empty() =>
+            {
+                Err("mvp plugin configuration: identity header names must not be empty".into())
+            }
             PluginConfig::Refresher(r) if r.cluster.is_empty() => {
                 Err("mvp plugin configuration: cluster must not be empty".into())
             }
@@ -77,7 +93,7 @@ mod tests {
     fn parses_both_roles_and_rejects_bad_config() {
         assert_eq!(
             PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
-            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into() })
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None })
         );
         let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
         assert_eq!(
@@ -98,6 +114,7 @@ mod tests {
             br#"{"role":"router","route_header":"x","extra":1}"#,
             br#"{"role":"refresher","cluster":"c","poll_interval_ms":0}"#,
             br#"{"role":"other"}"#,
+            br#"{"role":"router","route_header":"x","identity":{"username_header":"","group_header":"g"}}"#,
         ] {
             assert!(PluginConfig::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }

@@ -10,6 +10,7 @@
 //! thin proxy-wasm glue and exists only in the wasm32 build.
 
 pub mod config;
+pub mod identity;
 pub mod refresh;
 pub mod requestinfo;
 pub mod route;

@@ -13,6 +13,8 @@ pub mod documents;
 mod fetch;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use capabilities::Capabilities;
@@ -55,34 +57,86 @@ pub enum DiscoveryError {
     Document { path: String, source: documents::DocumentError },
 }
 
+/// How discovery requests reach apiservers.
+#[derive(Clone)]
+pub enum Transport {
+    Plain(reqwest::Client),
+    /// mTLS like Envoy's: connect to the apiserver's resolved address, send
+    /// SNI `server_name` and require a certificate for it from the peer CA.
+    Tls {
+        config: Arc<rustls::ClientConfig>,
+        server_name: String,
+        /// (header, user) naming who asks, when the proxy client certificate
+        /// makes the apiserver trust requestheaders.
+        identity: Option<(String, String)>,
+        headers: reqwest::header::HeaderMap,
+    },
+}
+
 /// Discovery of one apiserver, keeping the ETag of each aggregated document
 /// so an unchanged poll costs a 304.
 pub struct Discoverer {
+    spec: ApiserverSpec,
+    transport: Transport,
+    /// The TLS client for the address it was built for.
+    connected: Option<(SocketAddr, reqwest::Client)>,
     base: String,
-    client: reqwest::Client,
     options: DiscoveryOptions,
     cache: HashMap<&'static str, (String, RootView)>,
 }
 
 impl Discoverer {
-    pub fn new(spec: &ApiserverSpec, client: reqwest::Client, options: DiscoveryOptions) -> Discoverer {
-        Discoverer { base: spec.base(), client, options, cache: HashMap::new() }
+    pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions) -> Discoverer {
+        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new() }
+    }
+
+    fn client(&mut self, address: Option<SocketAddr>) -> Result<reqwest::Client, DiscoveryError> {
+        let fail = |msg: String| DiscoveryError::Fetch { path: "/".into(), source: FetchError::Transport(msg) };
+        match &self.transport {
+            Transport::Plain(c) => Ok(c.clone()),
+            Transport::Tls { config, server_name, identity, headers } => {
+                let addr = address.ok_or_else(|| fail("no resolved address yet".into()))?;
+                if let Some((a, c)) = &self.connected
+                    && *a == addr
+                {
+                    return Ok(c.clone());
+                }
+                let mut headers = headers.clone();
+                if let Some((name, user)) = identity {
+                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|e| fail(e.to_string()))?;
+                    let value = reqwest::header::HeaderValue::from_str(user).map_err(|e| fail(e.to_string()))?;
+                    headers.insert(name, value);
+                }
+                let client = reqwest::Client::builder()
+                    .use_preconfigured_tls((**config).clone())
+                    .resolve(server_name, addr)
+                    .default_headers(headers)
+                    .no_proxy()
+                    .connect_timeout(Duration::from_secs(3))
+                    .build()
+                    .map_err(|e| fail(e.to_string()))?;
+                self.base = format!("https://{server_name}:{}", self.spec.port());
+                self.connected = Some((addr, client.clone()));
+                Ok(client)
+            }
+        }
     }
 
     /// One full read of the server's discovery. Any failure fails the whole
     /// read: a partial view would make the table claim less than the server
     /// serves and reroute its own requests away from it.
-    pub async fn discover(&mut self) -> Result<ServerView, DiscoveryError> {
-        let core = self.root("/api", Root::Core).await?;
-        let groups = self.root("/apis", Root::Groups).await?;
+    pub async fn discover(&mut self, address: Option<SocketAddr>) -> Result<ServerView, DiscoveryError> {
+        let client = self.client(address)?;
+        let core = self.root(&client, "/api", Root::Core).await?;
+        let groups = self.root(&client, "/apis", Root::Groups).await?;
         let mut capabilities = core.capabilities;
         capabilities.merge(groups.capabilities);
         Ok(ServerView { capabilities, groups: groups.groups })
     }
 
-    async fn root(&mut self, path: &'static str, root: Root) -> Result<RootView, DiscoveryError> {
+    async fn root(&mut self, client: &reqwest::Client, path: &'static str, root: Root) -> Result<RootView, DiscoveryError> {
         let etag = self.cache.get(path).map(|(e, _)| e.as_str());
-        let fetched = self.get(path, DISCOVERY_ACCEPT, etag).await?;
+        let fetched = self.get(client, path, DISCOVERY_ACCEPT, etag).await?;
         match fetched {
             Fetched::NotModified => match self.cache.get(path) {
                 Some((_, view)) => Ok(view.clone()),
@@ -103,7 +157,7 @@ impl Discoverer {
                     Ok(view)
                 } else {
                     self.cache.remove(path);
-                    self.unaggregated(path, root, &body).await
+                    self.unaggregated(client, path, root, &body).await
                 }
             }
             Fetched::NotFound => Err(DiscoveryError::Fetch { path: path.into(), source: FetchError::Status(404) }),
@@ -112,7 +166,7 @@ impl Discoverer {
 
     /// Servers without aggregated discovery: every listed group-version's
     /// own document, converted to the aggregated form kube would serve.
-    async fn unaggregated(&self, path: &str, root: Root, body: &[u8]) -> Result<RootView, DiscoveryError> {
+    async fn unaggregated(&self, client: &reqwest::Client, path: &str, root: Root, body: &[u8]) -> Result<RootView, DiscoveryError> {
         let doc_err = |path: &str| {
             let path = path.to_string();
             move |source| DiscoveryError::Document { path, source }
@@ -141,7 +195,7 @@ impl Discoverer {
             } else {
                 format!("/apis/{group}/{version}")
             };
-            match self.get(&gv_path, "application/json", None).await? {
+            match self.get(client, &gv_path, "application/json", None).await? {
                 Fetched::Ok { body, .. } => {
                     let list = documents::resource_list(&group, &version, &body).map_err(doc_err(&gv_path))?;
                     let v = version_from_resource_list(&version, &list);
@@ -162,8 +216,8 @@ impl Discoverer {
         Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
     }
 
-    async fn get(&self, path: &str, accept: &str, etag: Option<&str>) -> Result<Fetched, DiscoveryError> {
-        fetch::get(&self.client, &self.base, path, accept, etag, &self.options)
+    async fn get(&self, client: &reqwest::Client, path: &str, accept: &str, etag: Option<&str>) -> Result<Fetched, DiscoveryError> {
+        fetch::get(client, &self.base, path, accept, etag, &self.options)
             .await
             .map_err(|source| DiscoveryError::Fetch { path: path.into(), source })
     }

@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock};
 
 use anyhow::Context;
 use clap::Parser;
+use integration::fake::auth::AuthConfig;
 use integration::fake::documents::Documents;
+use integration::fake::tls::TlsServing;
 use integration::fake::server::{FakeState, router};
 
 #[derive(Parser)]
@@ -36,6 +38,23 @@ struct Args {
     /// Require `Authorization: Bearer TOKEN` on every API request (401 otherwise).
     #[arg(long, value_name = "TOKEN")]
     require_bearer_token: Option<String>,
+    /// A bearer token and who it authenticates: TOKEN=USER[:GROUP,GROUP…].
+    #[arg(long = "token", value_name = "TOKEN=USER[:GROUPS]")]
+    tokens: Vec<String>,
+    /// Serve TLS with this certificate (and --tls-private-key-file).
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Client certificates chaining to this CA authenticate as CN / O.
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// X-Remote-* headers are trusted only on connections whose client
+    /// certificate chains to this CA (and whose CN is allowed).
+    #[arg(long, value_name = "FILE")]
+    requestheader_client_ca_file: Option<PathBuf>,
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Vec<String>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -43,6 +62,17 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let a = Args::parse();
     let docs = Documents::load(&a.fixtures, &a.release)?;
+    let mut auth = AuthConfig::default();
+    if let Some(t) = &a.require_bearer_token {
+        auth.tokens.insert(t.clone(), ("token-user".into(), vec![]));
+    }
+    for spec in &a.tokens {
+        let (token, who) = spec.split_once('=').context("--token wants TOKEN=USER[:GROUPS]")?;
+        let (user, groups) = who.split_once(':').map(|(u, g)| (u, g.split(',').map(str::to_string).collect())).unwrap_or((who, vec![]));
+        auth.tokens.insert(token.to_string(), (user.to_string(), groups));
+    }
+    auth.requestheader_allowed_names = a.requestheader_allowed_names.clone();
+    auth.required = !auth.tokens.is_empty() || a.client_ca_file.is_some() || a.requestheader_client_ca_file.is_some();
     let state = FakeState {
         name: a.name.clone(),
         aggregated: !a.no_aggregated_discovery,
@@ -52,10 +82,16 @@ async fn main() -> anyhow::Result<()> {
         aggregated_version: a.aggregated_discovery_version.clone(),
         stats: Default::default(),
         apis_override: Default::default(),
-        bearer_token: a.require_bearer_token,
+        auth,
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
     tracing::info!(name = %a.name, release = %a.release, listen = %a.listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");
-    axum::serve(listener, router(state)).await?;
+    match (&a.tls_cert_file, &a.tls_private_key_file) {
+        (Some(cert), Some(key)) => {
+            let tls = TlsServing::new(cert, key, a.client_ca_file.as_deref(), a.requestheader_client_ca_file.as_deref())?;
+            Arc::new(tls).serve(listener, router(state)).await?;
+        }
+        _ => axum::serve(listener, router(state)).await?,
+    }
     Ok(())
 }

@@ -1,5 +1,8 @@
 //! Fake kube-apiservers for tests and the demo. They serve real discovery
-//! documents of one release (`fixtures/discovery/<release>/`).
+//! documents of one release (`fixtures/discovery/<release>/`), authenticate
+//! like kube-apiserver when asked to, and speak TLS when given certificates.
 
+pub mod auth;
 pub mod documents;
 pub mod server;
+pub mod tls;

@@ -37,9 +37,9 @@ pub struct FakeState {
     /// When set, served verbatim as the aggregated `/apis` body (tests of
     /// broken and oversized documents).
     pub apis_override: Arc<RwLock<Option<Bytes>>>,
-    /// When set, every API request (not health, not test control) must
-    /// carry `Authorization: Bearer <token>`, or gets kube's 401 Status.
-    pub bearer_token: Option<String>,
+    /// Who may call: API requests (not health, not test control) that no
+    /// configured authenticator accepts get kube's 401 Status.
+    pub auth: super::auth::AuthConfig,
 }
 
 /// What the fake counted, at `GET /__fake/stats`.
@@ -191,11 +191,14 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     let docs = s.docs();
     let path = req.uri().path().to_string();
     let health = matches!(path.as_str(), "/healthz" | "/readyz" | "/livez");
-    if let (Some(token), false) = (&s.bearer_token, health) {
-        let sent = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if sent != Some(format!("Bearer {token}").as_str()) {
-            return unauthorized();
-        }
+    let user = s.auth.authenticate(req.extensions().get::<super::auth::ConnInfo>(), req.headers());
+    let user = match (user, health) {
+        (Some(u), _) => u,
+        (None, true) => return "ok".into_response(),
+        (None, false) => return unauthorized(),
+    };
+    if req.headers().contains_key(header::UPGRADE) {
+        return upgrade(&s, user, req).await;
     }
     let query = req.uri().query().unwrap_or("").to_string();
     let headers = req.headers().clone();
@@ -238,9 +241,74 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
         };
     }
     match parse_resource_path(&parts) {
-        Some(p) => resource(&s, &docs, p, &method, &query, &headers, &path),
+        Some(p) => resource(&s, &docs, p, &method, &query, &headers, &path, &user).await,
         None => not_found(),
     }
+}
+
+/// exec, attach and port-forward: the first message (WebSocket) or line
+/// (any other upgrade, e.g. SPDY/3.1) names the server, the path and the
+/// authenticated user; then everything the client sends is echoed back.
+async fn upgrade(s: &FakeState, user: super::auth::UserInfo, mut req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let sub = parse_resource_path(&parts).map(|p| p.subresource.to_string()).unwrap_or_default();
+    if !matches!(sub.as_str(), "exec" | "attach" | "portforward") {
+        return (StatusCode::BAD_REQUEST, "upgrade only on exec, attach, portforward\n").into_response();
+    }
+    let hello = json!({"server": s.name, "path": path, "user": user, "headers": echo_headers(req.headers())}).to_string();
+    let is_websocket = req.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if is_websocket {
+        use axum::extract::FromRequest;
+        use axum::extract::ws::{Message, WebSocketUpgrade};
+        let Ok(ws) = WebSocketUpgrade::from_request(req, &()).await else {
+            return (StatusCode::BAD_REQUEST, "bad websocket request\n").into_response();
+        };
+        return ws
+            .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io"])
+            .on_upgrade(move |mut socket| async move {
+                if socket.send(Message::Text(hello.into())).await.is_err() {
+                    return;
+                }
+                while let Some(Ok(m)) = socket.recv().await {
+                    if matches!(m, Message::Close(_)) || socket.send(m).await.is_err() {
+                        break;
+                    }
+                }
+            });
+    }
+    let protocol = req.headers().get(header::UPGRADE).cloned().unwrap_or(HeaderValue::from_static("SPDY/3.1"));
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let mut io = hyper_util::rt::TokioIo::new(upgraded);
+        if io.write_all(format!("{hello}\n").as_bytes()).await.is_err() {
+            return;
+        }
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = io.read(&mut buf).await {
+            if n == 0 || io.write_all(buf.get(..n).unwrap_or_default()).await.is_err() {
+                break;
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, protocol)
+        .body(Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn echo_headers(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
+    headers
+        .keys()
+        .map(|k| {
+            let values = headers.get_all(k).iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect();
+            (k.as_str().to_string(), values)
+        })
+        .collect()
 }
 
 fn with_listed_only(list: &Value, extra: &[String]) -> Value {
@@ -315,7 +383,8 @@ fn parse_resource_path<'a>(parts: &[&'a str]) -> Option<ResourcePath<'a>> {
     Some(p)
 }
 
-fn resource(
+#[allow(clippy::too_many_arguments)]
+async fn resource(
     s: &FakeState,
     docs: &Documents,
     p: ResourcePath<'_>,
@@ -323,6 +392,7 @@ fn resource(
     query: &str,
     headers: &HeaderMap,
     raw_path: &str,
+    user: &super::auth::UserInfo,
 ) -> Response {
     s.stats.resource_requests.fetch_add(1, Ordering::Relaxed);
     let key = (p.group.to_string(), p.version.to_string(), p.resource.to_string());
@@ -333,10 +403,7 @@ fn resource(
     if !p.subresource.is_empty() && !found.subresources.contains(p.subresource) {
         return not_found();
     }
-    let echoed: BTreeMap<String, Vec<String>> = headers.keys().map(|k| {
-        let values = headers.get_all(k).iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect();
-        (k.as_str().to_string(), values)
-    }).collect();
+    let echoed = echo_headers(headers);
     let watch = p.special_verb == "watch"
         || query.split('&').any(|kv| kv.starts_with("watch=") && !matches!(kv, "watch=0" | "watch=false" | "watch=False"));
     let api_version = if p.group.is_empty() { p.version.to_string() } else { format!("{}/{}", p.group, p.version) };
@@ -354,15 +421,37 @@ fn resource(
         "name": p.name,
         "watch": watch,
         "headers": echoed,
+        "user": user,
     });
     let mut resp = if watch {
+        // An ADDED event at once, then (with ?bookmarks=N) N bookmarks 100 ms
+        // apart, flushed one by one: a front door that buffered the stream
+        // would deliver the first event only at the end.
         let event = json!({"type": "ADDED", "object": {"apiVersion": api_version, "kind": kind, "metadata": {"name": "fake", "namespace": p.namespace, "resourceVersion": "1"}}, "servedBy": served});
-        let mut line = serde_json::to_vec(&event).unwrap_or_default();
-        line.push(b'\n');
+        let bookmarks: u32 = query.split('&').find_map(|kv| kv.strip_prefix("bookmarks=")?.parse().ok()).unwrap_or(0);
+        let mut first = serde_json::to_vec(&event).unwrap_or_default();
+        first.push(b'\n');
+        let kind = kind.clone();
+        let stream = futures::stream::unfold(0u32, move |i| {
+            let first = first.clone();
+            let kind = kind.clone();
+            async move {
+                if i == 0 {
+                    return Some((Ok::<_, std::io::Error>(Bytes::from(first)), 1));
+                }
+                if i > bookmarks {
+                    return None;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": {"kind": kind, "metadata": {"resourceVersion": (i + 1).to_string()}}})).unwrap_or_default();
+                line.push(b'\n');
+                Some((Ok(Bytes::from(line)), i + 1))
+            }
+        });
         Response::builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(line))
+            .body(Body::from_stream(stream))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
     } else if p.name.is_empty() && method == "GET" {
         json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": [], "servedBy": served}))

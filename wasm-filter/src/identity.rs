@@ -1,0 +1,122 @@
+//! The identity of a client that authenticated with a certificate, as kube's
+//! x509 authenticator reads it: user = subject CN, groups = every subject O
+//! in certificate order.
+//!
+//! Envoy exposes the verified peer certificate's subject only as an RFC 2253
+//! string (`connection.subject_peer_certificate`, OpenSSL's
+//! `XN_FLAG_RFC2253`): RDNs most-specific first (the reverse of certificate
+//! order), `,` between RDNs, `+` inside a multi-valued RDN, and `\X` / `\XX`
+//! escapes (special characters, and every byte of a non-ASCII character).
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClientIdentity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// `None` when there is no CN: kube rejects such a certificate too
+/// ("no subject common name"), so no identity is forwarded.
+pub fn from_rfc2253(subject: &[u8]) -> Option<ClientIdentity> {
+    let mut rdns: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![vec![]];
+    let mut key: Vec<u8> = Vec::new();
+    let mut value: Vec<u8> = Vec::new();
+    let mut in_value = false;
+    let mut i = 0;
+    let push = |rdns: &mut Vec<Vec<(Vec<u8>, Vec<u8>)>>, key: &mut Vec<u8>, value: &mut Vec<u8>| {
+        if let Some(last) = rdns.last_mut() {
+            last.push((std::mem::take(key), std::mem::take(value)));
+        }
+    };
+    while let Some(&b) = subject.get(i) {
+        match b {
+            b'\\' => {
+                // `from_str_radix` would also take a sign: require two hex digits.
+                let hex = subject
+                    .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+                    .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+                let target = if in_value { &mut value } else { &mut key };
+                match (hex, subject.get(i + 1)) {
+                    (Some(byte), _) => {
+                        target.push(byte);
+                        i += 3;
+                    }
+                    (None, Some(&c)) => {
+                        target.push(c);
+                        i += 2;
+                    }
+                    (None, None) => i += 1,
+                }
+                continue;
+            }
+            b'=' if !in_value => in_value = true,
+            b',' | b'+' if in_value => {
+                push(&mut rdns, &mut key, &mut value);
+                in_value = false;
+                if b == b',' {
+                    rdns.push(vec![]);
+                }
+            }
+            _ if in_value => value.push(b),
+            _ => key.push(b),
+        }
+        i += 1;
+    }
+    if in_value {
+        push(&mut rdns, &mut key, &mut value);
+    }
+    // Back to certificate order.
+    rdns.reverse();
+    let attrs = rdns.into_iter().flatten();
+    let mut user = None;
+    let mut groups = Vec::new();
+    for (k, v) in attrs {
+        let v = String::from_utf8_lossy(&v).into_owned();
+        match k.trim_ascii() {
+            b"CN" if user.is_none() => user = Some(v),
+            b"O" => groups.push(v),
+            _ => {}
+        }
+    }
+    let user = user.filter(|u| !u.is_empty())?;
+    Some(ClientIdentity { user, groups })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn id(user: &str, groups: &[&str]) -> Option<ClientIdentity> {
+        Some(ClientIdentity { user: user.into(), groups: groups.iter().map(|g| g.to_string()).collect() })
+    }
+
+    #[test]
+    fn table() {
+        let cases: &[(&[u8], Option<ClientIdentity>)] = &[
+            (b"CN=alice,O=dev,O=ops", id("alice", &["ops", "dev"])),
+            (b"CN=system:admin,O=system:masters", id("system:admin", &["system:masters"])),
+            (b"CN=bob", id("bob", &[])),
+            (b"O=acme\\, inc.,CN=carol", id("carol", &["acme, inc."])),
+            (b"CN=dave\\+eve,O=a+O=b", id("dave+eve", &["a", "b"])),
+            (b"CN=J\\C3\\BCrgen,O=caf\\C3\\A9", id("J\u{fc}rgen", &["caf\u{e9}"])),
+            (b"CN=x\\\\y,O=\\\"quoted\\\"", id("x\\y", &["\"quoted\""])),
+            (b"CN=node:n1,OU=nodes,O=system:nodes,C=DE", id("node:n1", &["system:nodes"])),
+            (b"O=no-cn", None),
+            (b"CN=,O=empty", None),
+            (b"", None),
+            (b"garbage", None),
+            (b"\\", None),
+        ];
+        for (subject, want) in cases {
+            assert_eq!(from_rfc2253(subject), *want, "{}", String::from_utf8_lossy(subject));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = from_rfc2253(&s);
+        }
+    }
+}
