@@ -471,6 +471,21 @@ impl FrontDoor {
         self.fakes.iter().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
     }
 
+    /// Replaces a fake apiserver with another on the same port (e.g. one with
+    /// a bad serving certificate), waiting until it listens.
+    pub async fn restart_fake(&mut self, name: &str, spec: FakeSpec) -> Result<()> {
+        let dir = self.dir.path().to_path_buf();
+        let fake = self.fake_mut(name);
+        fake.proc.kill();
+        fake.proc = start_fake(&dir, &spec, fake.port)?;
+        fake.spec = spec;
+        let addr = fake.address();
+        wait_for("the restarted fake apiserver to listen", Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(&addr).await.ok().map(|_| ())
+        })
+        .await
+    }
+
     pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
         self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
     }

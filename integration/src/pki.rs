@@ -61,12 +61,16 @@ impl Ca {
         self.leaf(dir, file, params)
     }
 
-    /// A client certificate with CN `user` and one O per group.
+    /// A client certificate with CN `user` and one O per group (at most two:
+    /// rcgen keeps one value per attribute type, so the second O is written
+    /// under its raw OID 2.5.4.10).
     pub fn client(&self, dir: &Path, file: &str, user: &str, groups: &[&str]) -> Result<Leaf> {
+        anyhow::ensure!(groups.len() <= 2, "at most two groups per test certificate");
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         let mut dn = DistinguishedName::new();
-        for g in groups {
-            dn.push(DnType::OrganizationName, *g);
+        for (i, g) in groups.iter().enumerate() {
+            let kind = if i == 0 { DnType::OrganizationName } else { DnType::CustomDnType(vec![2, 5, 4, 10]) };
+            dn.push(kind, *g);
         }
         dn.push(DnType::CommonName, user);
         params.distinguished_name = dn;
