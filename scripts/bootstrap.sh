@@ -29,10 +29,18 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Load generators for the benchmark (and its smoke test), from Debian.
+if ! command -v wrk >/dev/null || ! command -v hey >/dev/null; then
+  log "installing wrk and hey (Debian)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk hey >/dev/null
+fi
+
 ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)
 "$ENVOY_BIN" --version | grep -q "/$ENVOY_VERSION/" || { echo "unexpected Envoy at $ENVOY_BIN" >&2; exit 1; }
 "$VENV/bin/kubectl" version --client 2>/dev/null | grep -q "v$KUBECTL_VERSION" || { echo "unexpected kubectl 1.37 at $VENV/bin/kubectl" >&2; exit 1; }
 if ! command -v kubectl >/dev/null; then
   log "warning: no kubectl on PATH (machines of this kind ship one); the pre-installed-kubectl test will fail"
 fi
-log "tools ready: $("$ENVOY_BIN" --version | awk '{print $NF}'), kubectl $KUBECTL_VERSION"
+log "tools ready: Envoy $("$ENVOY_BIN" --version 2>&1 | grep -o '1\.[0-9]*\.[0-9]*' | head -1), kubectl $KUBECTL_VERSION, $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"

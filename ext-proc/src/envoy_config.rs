@@ -209,25 +209,54 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         "timeout_ms": 2000,
     });
 
-    let route_action = json!({
-        "cluster": "apiservers",
-        "timeout": "0s",
-        "retry_policy": {
-            // Only failures where the request never reached an apiserver:
-            // safe for every verb.
-            "retry_on": "connect-failure,refused-stream,reset-before-request",
-            "num_retries": retries,
-            "retry_host_predicate": [{
-                "name": "envoy.retry_host_predicates.previous_hosts",
-                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
-            }],
-            "host_selection_retry_max_attempts": 5,
+    let route_action = |retries: usize| {
+        json!({
+            "cluster": "apiservers",
+            "timeout": "0s",
+            "retry_policy": {
+                // Only failures where the request never reached an apiserver:
+                // safe for every verb.
+                "retry_on": "connect-failure,refused-stream,reset-before-request",
+                "num_retries": retries,
+                "retry_host_predicate": [{
+                    "name": "envoy.retry_host_predicates.previous_hosts",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
+                }],
+                "host_selection_retry_max_attempts": 5,
+            },
+        })
+    };
+    let no_ext_proc = json!({
+        "envoy.filters.http.ext_proc": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+            "disabled": true,
         },
     });
     // `/apis` (kubectl also sends `/apis?timeout=32s`; the query is not part
     // of the match) goes through ext_proc; every other route has no
     // ext_proc stream at all.
-    let discovery_route = |path: &str| json!({"match": {"path": path}, "route": route_action.clone()});
+    let discovery_route = |path: &str| json!({"match": {"path": path}, "route": route_action(retries)});
+    // Requests the filter routed (it sets only the route header; setting it
+    // clears the route cache, so Envoy matches again): one route per number
+    // of listed apiservers k, retrying at most k-1 times so a failover never
+    // leaves the capable set, and marking the request peer-proxied.
+    let routed_routes: Vec<Value> = (1..o.apiservers.len())
+        .map(|k| {
+            let regex = if k == 1 { "^[^,]+$".to_string() } else { format!("^[^,]+(,[^,]+){{{}}}$", k - 1) };
+            json!({
+                "match": {"prefix": "/", "headers": [{"name": ROUTE_HEADER, "string_match": {"safe_regex": {"regex": regex}}}]},
+                "route": route_action(k - 1),
+                "request_headers_to_add": [{
+                    "header": {"key": "x-kubernetes-peer-proxied", "value": "true"},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                }],
+                "typed_per_filter_config": no_ext_proc.clone(),
+            })
+        })
+        .collect();
+    let mut routes = vec![discovery_route("/apis"), discovery_route("/apis/")];
+    routes.extend(routed_routes);
+    routes.push(json!({"match": {"prefix": "/"}, "route": route_action(retries), "typed_per_filter_config": no_ext_proc}));
     let ext_proc_ms = o.ext_proc_message_timeout.as_millis().max(1) as u64;
 
     let hcm = json!({
@@ -252,20 +281,7 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
             "virtual_hosts": [{
                 "name": "apiservers",
                 "domains": ["*"],
-                "routes": [
-                    discovery_route("/apis"),
-                    discovery_route("/apis/"),
-                    {
-                        "match": {"prefix": "/"},
-                        "route": route_action,
-                        "typed_per_filter_config": {
-                            "envoy.filters.http.ext_proc": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
-                                "disabled": true,
-                            },
-                        },
-                    },
-                ],
+                "routes": routes,
             }],
         },
         "http_filters": [

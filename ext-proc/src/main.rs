@@ -353,7 +353,11 @@ async fn run(a: ServeArgs) -> anyhow::Result<()> {
 
     let grpc_server = tonic::transport::Server::builder()
         .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
-        .add_service(rewrite::processor::Rewriter::server(published.merged.clone(), metrics.clone()))
+        .add_service(rewrite::processor::Rewriter::server(
+            published.merged.clone(),
+            rewrite::routing::Routes::new(published.table.clone()),
+            metrics.clone(),
+        ))
         .serve_with_incoming_shutdown(tokio_stream_incoming(grpc), shutdown_signal());
     let sync_task = tokio::spawn(syncer.run());
     let admin_task = admin.map(|l| {

@@ -28,6 +28,12 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
+/// Where the native binaries are: `MVP_BIN_DIR` (the benchmark sets the
+/// release directory), else the debug build the tests use.
+fn bin_dir() -> PathBuf {
+    std::env::var_os("MVP_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| target_dir().join("debug"))
+}
+
 fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
     if path.exists() {
         Ok(path)
@@ -37,11 +43,11 @@ fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
 }
 
 pub fn ext_proc_bin() -> Result<PathBuf> {
-    require(target_dir().join("debug/mvp-ext-proc"), "mvp-ext-proc")
+    require(bin_dir().join("mvp-ext-proc"), "mvp-ext-proc")
 }
 
 pub fn fake_bin() -> Result<PathBuf> {
-    require(target_dir().join("debug/fake-apiserver"), "fake-apiserver")
+    require(bin_dir().join("fake-apiserver"), "fake-apiserver")
 }
 
 pub fn wasm_file() -> Result<PathBuf> {
@@ -115,6 +121,17 @@ impl Proc {
             .spawn()
             .with_context(|| format!("starting {name} ({})", program.display()))?;
         Ok(Proc { name: name.to_string(), child: Some(child), log })
+    }
+
+    /// Like `spawn`, pinned to `cores` (taskset list, e.g. "0" or "0,1").
+    pub fn spawn_pinned(name: &str, dir: &Path, cores: &str, program: &Path, args: &[String]) -> Result<Proc> {
+        let mut all = vec!["-c".to_string(), cores.to_string(), program.to_string_lossy().into_owned()];
+        all.extend(args.iter().cloned());
+        Proc::spawn(name, dir, Path::new("taskset"), &all)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
     pub fn kill(&mut self) {

@@ -237,6 +237,7 @@ struct Metrics {
     table_errors: Option<u32>,
     published_version: Option<u32>,
     publish_errors: Option<u32>,
+    memory_bytes: Option<u32>,
 }
 
 impl Metrics {
@@ -247,6 +248,7 @@ impl Metrics {
             table_errors: host::define_metric(host::COUNTER, "mvp.router.table_errors"),
             published_version: host::define_metric(host::GAUGE, "mvp.refresher.table_version"),
             publish_errors: host::define_metric(host::COUNTER, "mvp.refresher.errors"),
+            memory_bytes: host::define_metric(host::GAUGE, "mvp.router.vm_memory_bytes"),
         }
     }
 }
@@ -280,8 +282,12 @@ impl Router {
         match host::shared_data(TABLE_KEY) {
             Ok(Some(bytes)) => match RouteTable::decode(&bytes) {
                 Ok(t) => {
+                    // Drop the old table before measuring: the new one is
+                    // what this worker's VM now holds (linear memory never
+                    // shrinks, so this is its high-water mark).
                     *self.table.borrow_mut() = Rc::new(t);
                     host::increment(self.metrics.table_loads);
+                    host::record(self.metrics.memory_bytes, (core::arch::wasm32::memory_size(0) as u64) * 65536);
                 }
                 Err(e) => {
                     host::increment(self.metrics.table_errors);
@@ -476,14 +482,14 @@ impl HttpContext for Request {
         };
         let table = r.table.borrow().clone();
         let n = r.counter.get();
-        let Some(route) = route::decide(&table, &path, n) else {
+        let Some(hosts) = route::decide(&table, &path, n) else {
             return Action::Continue;
         };
         r.counter.set(n.wrapping_add(1));
-        let set = host::set_request_header(&r.config.route_header, route.hosts)
-            .and_then(|_| host::set_request_header("x-envoy-max-retries", route.max_retries))
-            .and_then(|_| host::set_request_header("x-kubernetes-peer-proxied", "true"));
-        match set {
+        // One header: Envoy's route table adds x-kubernetes-peer-proxied and
+        // caps retries by the number of hosts listed (ABI 0.2.1 clears the
+        // route cache on this write, so the router matches again).
+        match host::set_request_header(&r.config.route_header, hosts) {
             Ok(()) => host::increment(r.metrics.rerouted),
             Err(s) => warn(&format!("mvp router: setting the route header failed with status {s}")),
         }

@@ -5,21 +5,13 @@
 use crate::requestinfo::{Method, RequestInfo, Target};
 use crate::table::RouteTable;
 
-/// Headers to set on a request routed to some of the apiservers.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Route<'t> {
-    /// Override-host list, `IP:port,IP:port,…`.
-    pub hosts: &'t str,
-    /// `x-envoy-max-retries`: failover stays within `hosts`.
-    pub max_retries: &'t str,
-}
-
-/// The route for a request, or `None` to leave it to Envoy's normal load
-/// balancing. `n` spreads requests over the capable apiservers.
+/// The override-host list (`IP:port,IP:port,…`) for a request, or `None` to
+/// leave it to Envoy's normal load balancing. `n` spreads requests over the
+/// capable apiservers.
 ///
 /// The method does not change the group/version/resource/subresource that
 /// RequestInfo derives, so the adapter need not read `:method`.
-pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<Route<'t>> {
+pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
     let target = Target::parse(raw_path);
     let found = match target.classify(Method::Get) {
         RequestInfo::Resource(r) => {
@@ -28,7 +20,7 @@ pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<Rout
         RequestInfo::Discovery { group, version } => table.discovery_target(group, version),
         RequestInfo::NonResource | RequestInfo::Invalid => None,
     };
-    found.map(|t| Route { hosts: t.header_value(n), max_retries: t.max_retries() })
+    found.map(|t| t.header_value(n))
 }
 
 #[cfg(test)]
@@ -56,7 +48,7 @@ mod tests {
             ("/apis/resource.k8s.io/v1/watch", None),
         ];
         for (path, want) in cases {
-            assert_eq!(decide(&t, path.as_bytes(), 0).map(|r| r.hosts), *want, "{path}");
+            assert_eq!(decide(&t, path.as_bytes(), 0), *want, "{path}");
         }
     }
 }

@@ -64,19 +64,9 @@ pub struct Target {
     /// it (Envoy's retries fail over along the list). Unhealthy members come
     /// last in every value.
     rotations: Box<[Box<str>]>,
-    /// `x-envoy-max-retries` for this set: one fewer than its size, so a
-    /// failover stops at the end of the list. Without the cap Envoy's
-    /// override-host policy would fall back to round robin and hand the
-    /// request to an apiserver that does not serve it (a 404 instead of
-    /// the 503 the client should see).
-    retries: Box<str>,
 }
 
 impl Target {
-    pub fn max_retries(&self) -> &str {
-        &self.retries
-    }
-
     /// The header value for the `n`th request routed to this set.
     pub fn header_value(&self, n: u32) -> &str {
         let len = self.rotations.len().max(1);
@@ -222,7 +212,6 @@ fn target_for(set: ServerSet, servers: &[pb::Apiserver]) -> Target {
     // With no healthy member, the first unhealthy one still gets the request:
     // the client then sees a 503 Status rather than another server's 404.
     let leaders: &[&pb::Apiserver] = if healthy.is_empty() { &unhealthy } else { &healthy };
-    let size = healthy.len() + unhealthy.len();
     let rotations = (0..leaders.len().max(1))
         .map(|start| {
             let ordered = leaders
@@ -238,7 +227,7 @@ fn target_for(set: ServerSet, servers: &[pb::Apiserver]) -> Target {
                 .into_boxed_str()
         })
         .collect();
-    Target { rotations, retries: size.saturating_sub(1).to_string().into_boxed_str() }
+    Target { rotations }
 }
 
 #[cfg(test)]
@@ -369,13 +358,6 @@ pub(crate) mod tests {
         p.groups[0].versions[0].servers = 0b101;
         let t = RouteTable::from_proto(&p).unwrap();
         assert_eq!(values(t.discovery_target(b"apps", None)), ["127.0.0.1:1001,127.0.0.1:1003"]);
-    }
-
-    #[test]
-    fn retries_stop_at_the_end_of_the_list() {
-        let t = RouteTable::from_proto(&sample()).unwrap();
-        assert_eq!(t.resource_target(b"apps", b"v1", b"deployments", b"").unwrap().max_retries(), "1");
-        assert_eq!(t.resource_target(b"batch", b"v1", b"jobs", b"").unwrap().max_retries(), "0");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub fn merge(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Vec<APIGroup
     if servers.len() == 1 {
         return first.clone();
     }
-    let first_names = names(first, |g| g.name());
+    let first_names = names(first, &|g: &APIGroupDiscovery| g.name());
     let mut merged: HashMap<String, APIGroupDiscovery> = HashMap::new();
     let mut all_names: Vec<Vec<String>> = Vec::with_capacity(servers.len());
     let mut content_changed = false;
@@ -37,7 +37,7 @@ pub fn merge(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Vec<APIGroup
                 }
             }
         }
-        let group_names = names(groups, |g| g.name());
+        let group_names = names(groups, &|g: &APIGroupDiscovery| g.name());
         identical &= group_names == first_names;
         all_names.push(group_names);
     }
@@ -48,7 +48,7 @@ pub fn merge(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Vec<APIGroup
     assemble(merged, &order)
 }
 
-fn names<T>(items: &[T], name: impl Fn(&T) -> &str) -> Vec<String> {
+fn names<T>(items: &[T], name: &impl Fn(&T) -> &str) -> Vec<String> {
     items.iter().map(|i| name(i).to_string()).collect()
 }
 
@@ -57,59 +57,55 @@ fn assemble<T>(mut by_name: HashMap<String, T>, order: &[String]) -> Vec<T> {
     order.iter().filter_map(|n| by_name.remove(n)).collect()
 }
 
-/// `mergeVersionsAcrossGroup`: versions unioned, `a`'s metadata kept.
-fn merge_group(a: APIGroupDiscovery, b: &APIGroupDiscovery) -> (APIGroupDiscovery, bool) {
-    let a_names = names(&a.versions, |v| v.version.as_str());
-    let b_names = names(&b.versions, |v| v.version.as_str());
-    let mut content_merged = false;
-    let mut by_name: HashMap<String, APIVersionDiscovery> =
-        a.versions.iter().map(|v| (v.version.clone(), v.clone())).collect();
-    for v in &b.versions {
-        match by_name.remove(&v.version) {
-            None => {
-                by_name.insert(v.version.clone(), v.clone());
-            }
+/// One level of kube's merge (`mergeVersionsAcrossGroup` for versions,
+/// `mergeResourcesAcrossVersion` for resources): the union of `a` and `b` by
+/// name, entries in both combined by `combine` (which says whether that
+/// changed anything). Returns `None` when the result is exactly `a` (nothing
+/// combined changed and the name lists are identical); otherwise the union,
+/// in `a`'s order if the name lists are identical, else by
+/// `MergePreservingRelativeOrder`.
+fn union<T: Clone>(a: &[T], b: &[T], name: impl Fn(&T) -> &str, combine: impl Fn(T, &T) -> (T, bool)) -> Option<Vec<T>> {
+    let a_names = names(a, &name);
+    let b_names = names(b, &name);
+    let mut changed = false;
+    let mut by_name: HashMap<String, T> = a.iter().map(|x| (name(x).to_string(), x.clone())).collect();
+    for x in b {
+        let key = name(x).to_string();
+        let merged = match by_name.remove(&key) {
+            None => x.clone(),
             Some(existing) => {
-                let (m, changed) = merge_version(existing, v);
-                content_merged |= changed;
-                by_name.insert(v.version.clone(), m);
+                let (m, c) = combine(existing, x);
+                changed |= c;
+                m
             }
-        }
+        };
+        by_name.insert(key, merged);
     }
     let identical = a_names == b_names;
-    if !content_merged && identical {
-        return (a, false);
+    if !changed && identical {
+        return None;
     }
     let order = if identical { a_names } else { merge_preserving_relative_order(&[a_names, b_names]) };
-    (APIGroupDiscovery { metadata: a.metadata, versions: assemble(by_name, &order) }, true)
+    Some(assemble(by_name, &order))
 }
 
-/// `mergeResourcesAcrossVersion`: resources unioned; `a`'s freshness kept.
+/// Versions unioned; `a`'s metadata kept.
+fn merge_group(a: APIGroupDiscovery, b: &APIGroupDiscovery) -> (APIGroupDiscovery, bool) {
+    match union(&a.versions, &b.versions, |v| v.version.as_str(), merge_version) {
+        None => (a, false),
+        Some(versions) => (APIGroupDiscovery { metadata: a.metadata, versions }, true),
+    }
+}
+
+/// Resources unioned (deep-equal ones kept as they are); `a`'s freshness kept.
 fn merge_version(a: APIVersionDiscovery, b: &APIVersionDiscovery) -> (APIVersionDiscovery, bool) {
-    let a_names = names(&a.resources, |r| r.resource.as_str());
-    let b_names = names(&b.resources, |r| r.resource.as_str());
-    let mut content_changed = false;
-    let mut by_name: HashMap<String, APIResourceDiscovery> =
-        a.resources.iter().map(|r| (r.resource.clone(), r.clone())).collect();
-    for r in &b.resources {
-        match by_name.get(&r.resource) {
-            None => {
-                by_name.insert(r.resource.clone(), r.clone());
-            }
-            Some(existing) if existing == r => {}
-            Some(existing) => {
-                content_changed = true;
-                let m = merge_capabilities(existing, r);
-                by_name.insert(r.resource.clone(), m);
-            }
-        }
+    let combine = |existing: APIResourceDiscovery, r: &APIResourceDiscovery| {
+        if existing == *r { (existing, false) } else { (merge_capabilities(&existing, r), true) }
+    };
+    match union(&a.resources, &b.resources, |r| r.resource.as_str(), combine) {
+        None => (a, false),
+        Some(resources) => (APIVersionDiscovery { version: a.version, resources, freshness: a.freshness }, true),
     }
-    let identical = a_names == b_names;
-    if !content_changed && identical {
-        return (a, false);
-    }
-    let order = if identical { a_names } else { merge_preserving_relative_order(&[a_names, b_names]) };
-    (APIVersionDiscovery { version: a.version, resources: assemble(by_name, &order), freshness: a.freshness }, true)
 }
 
 /// `mergeResourceCapabilities`: verbs a sorted union (nil when empty),

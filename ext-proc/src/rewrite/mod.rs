@@ -8,3 +8,4 @@
 
 pub mod negotiate;
 pub mod processor;
+pub mod routing;

@@ -25,14 +25,19 @@ use crate::metrics::Metrics;
 
 pub struct Rewriter {
     merged: watch::Receiver<Option<Arc<MergedDocument>>>,
+    routes: super::routing::Routes,
     metrics: Arc<Metrics>,
 }
 
 impl Rewriter {
-    pub fn server(merged: watch::Receiver<Option<Arc<MergedDocument>>>, metrics: Arc<Metrics>) -> ExternalProcessorServer<Rewriter> {
+    pub fn server(
+        merged: watch::Receiver<Option<Arc<MergedDocument>>>,
+        routes: super::routing::Routes,
+        metrics: Arc<Metrics>,
+    ) -> ExternalProcessorServer<Rewriter> {
         // Responses carry whole discovery documents; a CRD-heavy cluster's
         // can be several MiB.
-        ExternalProcessorServer::new(Rewriter { merged, metrics })
+        ExternalProcessorServer::new(Rewriter { merged, routes, metrics })
             .max_encoding_message_size(256 << 20)
             .max_decoding_message_size(16 << 20)
     }
@@ -84,6 +89,12 @@ impl Rewriter {
     /// upstream request and remembered; everything else, credentials
     /// included, goes to the apiserver unchanged.
     fn on_request_headers(&self, h: &HttpHeaders, x: &mut Exchange) -> ProcessingResponse {
+        let path = header(h, ":path").unwrap_or("/apis");
+        if !matches!(path.split('?').next(), Some("/apis" | "/apis/")) {
+            // Only when Envoy sends other routes here (the ext_proc-routing
+            // benchmark variant): route like the wasm filter.
+            return self.routes.route(path);
+        }
         let plan = negotiate(header(h, "accept"));
         x.plan = Some(plan);
         match plan {
@@ -195,7 +206,7 @@ impl ExternalProcessor for Rewriter {
     async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Self::ProcessStream>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
-        let this = Rewriter { merged: self.merged.clone(), metrics: self.metrics.clone() };
+        let this = Rewriter { merged: self.merged.clone(), routes: self.routes.clone(), metrics: self.metrics.clone() };
         tokio::spawn(async move {
             let mut exchange = Exchange::default();
             loop {
@@ -253,7 +264,9 @@ mod tests {
         let servers = [("a".to_string(), vec![]), ("b".to_string(), vec![])].into_iter().collect();
         let (_tx, rx) = watch::channel(Some(Arc::new(MergedDocument::build(&servers))));
         std::mem::forget(_tx);
-        Rewriter { merged: rx, metrics: Metrics::new() }
+        let (_ttx, trx) = watch::channel(Arc::new(mvp_protos::routing::v1::RoutingTable::default()));
+        std::mem::forget(_ttx);
+        Rewriter { merged: rx, routes: crate::rewrite::routing::Routes::new(trx), metrics: Metrics::new() }
     }
 
     fn common(r: &ProcessingResponse) -> Option<&CommonResponse> {

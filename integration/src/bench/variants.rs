@@ -1,0 +1,195 @@
+//! The five front doors, each the production bootstrap with only the filter
+//! changed.
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use super::docs::Table;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// (1) no filter: the limit for any Envoy front door.
+    NoFilter,
+    /// (2)/(3) our wasm filter.
+    Wasm,
+    /// (4) a Lua filter doing the same classification and routing.
+    Lua,
+    /// (5) ext_proc on every request doing the routing.
+    ExtProc,
+}
+
+impl Variant {
+    pub fn small_table() -> Vec<Variant> {
+        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::ExtProc]
+    }
+
+    pub fn large_table() -> Vec<Variant> {
+        vec![Variant::Wasm]
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Variant::NoFilter => "no-filter",
+            Variant::Wasm => "wasm",
+            Variant::Lua => "lua",
+            Variant::ExtProc => "ext-proc",
+        }
+    }
+
+    pub fn description(&self) -> &'static str {
+        match self {
+            Variant::NoFilter => "Envoy, no filter",
+            Variant::Wasm => "Envoy + mvp wasm filter",
+            Variant::Lua => "Envoy + Lua filter, same routing",
+            Variant::ExtProc => "Envoy + ext_proc routing every request",
+        }
+    }
+
+    /// The issue's numbering: (1) no filter, (2) wasm 50, (3) wasm 5,000,
+    /// (4) Lua, (5) ext_proc.
+    pub fn number(&self, gvrs: usize) -> u32 {
+        match (self, gvrs > 50) {
+            (Variant::NoFilter, _) => 1,
+            (Variant::Wasm, false) => 2,
+            (Variant::Wasm, true) => 3,
+            (Variant::Lua, _) => 4,
+            (Variant::ExtProc, _) => 5,
+        }
+    }
+
+    pub fn uses_wasm(&self) -> bool {
+        *self == Variant::Wasm
+    }
+
+    pub fn uses_ext_proc(&self) -> bool {
+        *self == Variant::ExtProc
+    }
+
+    pub fn routes(&self) -> bool {
+        *self != Variant::NoFilter
+    }
+
+    pub fn config(&self, mut config: Value, table: &Table, address: &dyn Fn(&str) -> String) -> Result<Value> {
+        let hcm = hcm(&mut config)?;
+        match self {
+            Variant::NoFilter => {
+                remove_filter(hcm, "mvp.route");
+                remove_ext_proc(hcm);
+            }
+            Variant::Wasm => remove_ext_proc(hcm),
+            Variant::Lua => {
+                remove_filter(hcm, "mvp.route");
+                remove_ext_proc(hcm);
+                let code = LUA.replace("__TABLE__", &table.lua_table(address));
+                insert_before_router(hcm, json!({
+                    "name": "envoy.filters.http.lua",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                        "default_source_code": {"inline_string": code},
+                    },
+                }));
+            }
+            Variant::ExtProc => {
+                remove_filter(hcm, "mvp.route");
+                for r in routes(hcm) {
+                    if let Some(m) = r.as_object_mut() {
+                        m.remove("typed_per_filter_config");
+                    }
+                }
+                let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
+                let ext = filters.iter_mut().find(|f| f["name"] == "envoy.filters.http.ext_proc").context("ext_proc filter")?;
+                let tc = &mut ext["typed_config"];
+                tc["processing_mode"]["response_header_mode"] = json!("SKIP");
+                tc["message_timeout"] = json!("1s");
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn hcm(config: &mut Value) -> Result<&mut Value> {
+    config
+        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config")
+        .context("no HTTP connection manager in the rendered config")
+}
+
+fn routes(hcm: &mut Value) -> Vec<&mut Value> {
+    hcm.pointer_mut("/route_config/virtual_hosts/0/routes").and_then(Value::as_array_mut).map(|r| r.iter_mut().collect()).unwrap_or_default()
+}
+
+fn remove_filter(hcm: &mut Value, name: &str) {
+    if let Some(f) = hcm["http_filters"].as_array_mut() {
+        f.retain(|x| x["name"] != name);
+    }
+}
+
+fn remove_ext_proc(hcm: &mut Value) {
+    remove_filter(hcm, "envoy.filters.http.ext_proc");
+    for r in routes(hcm) {
+        if let Some(m) = r.as_object_mut() {
+            m.remove("typed_per_filter_config");
+        }
+    }
+}
+
+fn insert_before_router(hcm: &mut Value, filter: Value) {
+    if let Some(f) = hcm["http_filters"].as_array_mut() {
+        let at = f.iter().position(|x| x["name"] == "envoy.filters.http.router").unwrap_or(f.len());
+        f.insert(at, filter);
+    }
+}
+
+/// The passthrough `/apis` baseline: the production config with ext_proc
+/// switched off on the `/apis` routes too.
+pub fn disable_ext_proc_on_apis(config: &mut Value) {
+    if let Ok(hcm) = hcm(config) {
+        for r in routes(hcm) {
+            r["typed_per_filter_config"] = json!({"envoy.filters.http.ext_proc": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+                "disabled": true,
+            }});
+        }
+    }
+}
+
+/// What a user might write instead of the wasm filter: the same RequestInfo
+/// walk (no percent-decoding, no fieldSelector: strictly less work) and the
+/// same headers.
+const LUA: &str = r#"
+local T = __TABLE__
+
+local function classify(path)
+  local q = string.find(path, "?", 1, true)
+  if q then path = string.sub(path, 1, q - 1) end
+  local parts = {}
+  for seg in string.gmatch(path, "[^/]+") do parts[#parts + 1] = seg end
+  local group, i
+  if parts[1] == "apis" then
+    if #parts < 4 then return nil end
+    group = parts[2]; i = 3
+  elseif parts[1] == "api" then
+    if #parts < 3 then return nil end
+    group = ""; i = 2
+  else
+    return nil
+  end
+  local version = parts[i]; i = i + 1
+  if parts[i] == "watch" or parts[i] == "proxy" then i = i + 1 end
+  if parts[i] == "namespaces" and parts[i + 2] ~= nil and parts[i + 2] ~= "status" and parts[i + 2] ~= "finalize" then
+    i = i + 2
+  end
+  return group, version, parts[i]
+end
+
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  local g, v, r = classify(headers:get(":path"))
+  if g == nil then return end
+  local gt = T[g]; if gt == nil then return end
+  local vt = gt[v]; if vt == nil then return end
+  local e = vt[r]; if e == nil then return end
+  headers:replace("x-mvp-route", e[1])
+  -- Lua does not clear the route cache by itself.
+  handle:clearRouteCache()
+end
+"#;

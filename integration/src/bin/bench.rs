@@ -1,0 +1,34 @@
+//! `bench [--smoke] [--out FILE]`: benchmarks the front door's variants side
+//! by side in one run (see BENCHMARKS.md). Run it through scripts/bench.sh,
+//! which builds release binaries and installs the load generators.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use integration::bench::{Settings, render_table, run};
+
+#[derive(Parser)]
+struct Args {
+    /// A short run that only checks every variant produces numbers (tests).
+    #[arg(long)]
+    smoke: bool,
+    /// Machine-readable results.
+    #[arg(long, default_value = "bench/results.json")]
+    out: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let settings = if args.smoke { Settings::smoke() } else { Settings::full() };
+    let results = run(settings).await?;
+    let table = render_table(&results);
+    println!("{table}");
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_vec_pretty(&results)?).with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!("results written to {}", args.out.display());
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! The benchmark cannot rot: a short run must produce numbers for every
+//! variant and measurement (the numbers themselves are not asserted here;
+//! BENCHMARKS.md holds a real run).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn every_variant_produces_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_bench")).arg("--smoke").arg("--out").arg(&out).output().unwrap();
+    assert!(run.status.success(), "bench --smoke failed:\n{}\n{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let variants = r["variants"].as_array().unwrap();
+    let numbers: Vec<u64> = variants.iter().map(|v| v["number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [1, 2, 3, 4, 5]);
+    for v in variants {
+        assert!(v["throughput"]["median_rps"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["throughput"]["total_requests"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["latency"]["p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["latency"]["p99_ms"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["cpu_us_per_request"].as_f64().is_some(), "{v}");
+    }
+    assert_eq!(r["ratios"].as_object().unwrap().len(), 7);
+    for k in ["apis_merged", "apis_passthrough"] {
+        assert!(r["discovery"][k]["p99_ms"].as_f64().unwrap() > 0.0);
+    }
+    assert!(r["propagation_ms"]["p99"].as_f64().unwrap() > 0.0);
+    assert!(r["memory"]["ext_proc_rss_mib_3_apiservers_v1_37"].as_f64().unwrap() > 0.0);
+    assert!(r["memory"]["wasm_vm_mib_per_worker_5000_gvr"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["targets"].as_array().unwrap().len(), 9);
+    // The printed table names every variant.
+    let table = String::from_utf8_lossy(&run.stdout);
+    for n in ["(1)", "(2)", "(3)", "(4)", "(5)"] {
+        assert!(table.contains(n), "{table}");
+    }
+}

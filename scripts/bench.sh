@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs the front-door benchmark (BENCHMARKS.md): release builds, Envoy 1.40,
+# wrk and hey, every variant side by side in one run on loopback.
+#   scripts/bench.sh                 full run -> bench/results.json and a table on stdout
+#   scripts/bench.sh --smoke         a short run that only checks every variant produces numbers
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+cargo build --locked --release --workspace --bins
+cargo build --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm
+MVP_BIN_DIR=$PWD/target/release exec target/release/bench "$@"
