@@ -12,7 +12,7 @@ VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
+if ! rustup target list --installed 2>/dev/null | grep -x wasm32-wasip1 >/dev/null; then
   log "adding the wasm32-wasip1 Rust target"
   rustup target add wasm32-wasip1
 fi
@@ -38,9 +38,13 @@ if ! command -v wrk >/dev/null || ! command -v hey >/dev/null; then
 fi
 
 ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)
-"$ENVOY_BIN" --version | grep -q "/$ENVOY_VERSION/" || { echo "unexpected Envoy at $ENVOY_BIN" >&2; exit 1; }
-"$VENV/bin/kubectl" version --client 2>/dev/null | grep -q "v$KUBECTL_VERSION" || { echo "unexpected kubectl 1.37 at $VENV/bin/kubectl" >&2; exit 1; }
+# Capture first: `cmd | grep -q` under pipefail fails when grep exits early
+# and cmd dies of SIGPIPE.
+envoy_version=$("$ENVOY_BIN" --version 2>&1 || true)
+case "$envoy_version" in *"/$ENVOY_VERSION/"*) ;; *) echo "unexpected Envoy at $ENVOY_BIN: $envoy_version" >&2; exit 1 ;; esac
+kubectl_version=$("$VENV/bin/kubectl" version --client 2>/dev/null || true)
+case "$kubectl_version" in *"v$KUBECTL_VERSION"*) ;; *) echo "unexpected kubectl at $VENV/bin/kubectl: $kubectl_version" >&2; exit 1 ;; esac
 if ! command -v kubectl >/dev/null; then
   log "warning: no kubectl on PATH (machines of this kind ship one); the pre-installed-kubectl test will fail"
 fi
-log "tools ready: Envoy $("$ENVOY_BIN" --version 2>&1 | grep -o '1\.[0-9]*\.[0-9]*' | head -1), kubectl $KUBECTL_VERSION, $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+log "tools ready: Envoy $ENVOY_VERSION, kubectl $KUBECTL_VERSION, wrk, hey"
