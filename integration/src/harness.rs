@@ -464,7 +464,13 @@ impl FrontDoor {
         let envoy = Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?;
         let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().timeout(Duration::from_secs(10)).build()?;
         let door = FrontDoor { fakes, ext_proc, envoy, listen_port, admin_port, metrics_port, grpc_port, config_path, http, h2c, dir, tls: options.tls.clone() };
-        door.wait_ready().await?;
+        if let Err(e) = door.wait_ready().await {
+            let mut logs = String::new();
+            for p in door.fakes.iter().map(|f| &f.proc).chain([&door.ext_proc, &door.envoy]) {
+                logs.push_str(&format!("\n----- {} -----\n{}", p.name, p.log_tail(15)));
+            }
+            bail!("{e:#}{logs}");
+        }
         Ok(door)
     }
 

@@ -15,7 +15,7 @@ fn every_variant_produces_numbers() {
     let r: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let variants = r["variants"].as_array().unwrap();
     let numbers: Vec<u64> = variants.iter().map(|v| v["number"].as_u64().unwrap()).collect();
-    assert_eq!(numbers, [1, 2, 3, 4, 5]);
+    assert_eq!(numbers, [1, 2, 3, 4, 5, 6]);
     for v in variants {
         assert!(v["throughput"]["median_rps"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["throughput"]["total_requests"].as_u64().unwrap() > 0, "{v}");
@@ -23,7 +23,7 @@ fn every_variant_produces_numbers() {
         assert!(v["latency"]["p99_ms"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["cpu_us_per_request"].as_f64().is_some(), "{v}");
     }
-    assert_eq!(r["ratios"].as_object().unwrap().len(), 7);
+    assert_eq!(r["ratios"].as_object().unwrap().len(), 8);
     for k in ["apis_merged", "apis_passthrough"] {
         assert!(r["discovery"][k]["p99_ms"].as_f64().unwrap() > 0.0);
     }
@@ -33,7 +33,7 @@ fn every_variant_produces_numbers() {
     assert_eq!(r["targets"].as_array().unwrap().len(), 9);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);
-    for n in ["(1)", "(2)", "(3)", "(4)", "(5)"] {
+    for n in ["(1)", "(2)", "(3)", "(4)", "(5)", "(6)"] {
         assert!(table.contains(n), "{table}");
     }
 }

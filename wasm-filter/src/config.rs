@@ -15,6 +15,9 @@ pub const VERSION_KEY: &str = "mvp.routing.v1.version";
 pub enum PluginConfig {
     Router(RouterConfig),
     Refresher(RefresherConfig),
+    /// Does nothing per request: measures the proxy-wasm dispatch floor
+    /// (BENCHMARKS.md). Never rendered by `mvp-ext-proc envoy-config`.
+    Noop,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -114,6 +117,7 @@ mod tests {
             br#"{"role":"router","route_header":"x","extra":1}"#,
             br#"{"role":"refresher","cluster":"c","poll_interval_ms":0}"#,
             br#"{"role":"other"}"#,
+            br#"{"role":"noop","x":1}"#,
             br#"{"role":"router","route_header":"x","identity":{"username_header":"","group_header":"g"}}"#,
         ] {
             assert!(PluginConfig::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));

@@ -97,6 +97,7 @@ struct Backend {
     grpc_port: u16,
     metrics_port: u16,
     http: reqwest::Client,
+    refresh: Duration,
 }
 
 fn bin(name: &str) -> Result<PathBuf> {
@@ -132,7 +133,7 @@ impl Backend {
         ]);
         let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &serve)?;
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, servers: ports, grpc_port, metrics_port, http };
+        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, servers: ports, grpc_port, metrics_port, http, refresh };
         let want = servers.len();
         wait_for("mvp-ext-proc to discover every upstream", Duration::from_secs(30), || async {
             let t = b.table().await?;
@@ -384,7 +385,13 @@ async fn propagation(backend: &Backend, table: &docs::Table, listen: u16, change
     let only = table.servers.last().cloned().unwrap_or_default();
     let addr = backend.address(&only);
     let mut samples = Vec::new();
+    let interval = backend_interval(backend);
     for i in 0..changes {
+        // Changes land at a random point of the refresh cycle, as real ones
+        // do; without this every change would follow a detection by the same
+        // delay and measure one phase only.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        tokio::time::sleep(interval.mul_f64(f64::from(nanos % 1000) / 1000.0)).await;
         let group = format!("prop{i}.bench.example");
         let doc = table.apis_with_extra_group(&only, &group);
         let started = Instant::now();
@@ -406,6 +413,10 @@ async fn propagation(backend: &Backend, table: &docs::Table, listen: u16, change
     Ok(samples)
 }
 
+fn backend_interval(b: &Backend) -> Duration {
+    b.refresh
+}
+
 pub fn percentile(samples: &[f64], p: f64) -> f64 {
     if samples.is_empty() {
         return 0.0;
@@ -420,8 +431,18 @@ fn finish(r: &mut Results) {
     let by = |name: &str, gvrs: usize| r.variants.iter().find(|v| v.name == name && v.gvrs == gvrs);
     let (none, wasm, wasm_big, lua, extproc) =
         (by("no-filter", 50), by("wasm", 50), by("wasm", 5000), by("lua", 50), by("ext-proc", 50));
+    if let (Some(n), Some(w), Some(f)) = (none, wasm, by("wasm-floor", 50)) {
+        // How much of the filter's cost is the SDK's dispatch, not our work.
+        let cpu = |v: &VariantResult| v.cpu_us_per_request - n.cpu_us_per_request;
+        r.memory.insert("floor_share_of_wasm_cpu_overhead".into(), cpu(f) / cpu(w).max(1e-9));
+        r.memory.insert("wasm_cpu_overhead_us".into(), cpu(w));
+        r.memory.insert("floor_cpu_overhead_us".into(), cpu(f));
+    }
     let mut ratios = BTreeMap::new();
     let mut targets = Vec::new();
+    if let (Some(w), Some(f)) = (wasm, by("wasm-floor", 50)) {
+        ratios.insert("throughput (2)/(6) wasm/floor".into(), w.throughput.median_rps / f.throughput.median_rps);
+    }
     if let (Some(n), Some(w), Some(b), Some(l), Some(e)) = (none, wasm, wasm_big, lua, extproc) {
         let t = |v: &VariantResult| v.throughput.median_rps;
         let added = |v: &VariantResult| (v.latency.p50_ms - n.latency.p50_ms).max(0.0);

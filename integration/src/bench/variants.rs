@@ -16,11 +16,14 @@ pub enum Variant {
     Lua,
     /// (5) ext_proc on every request doing the routing.
     ExtProc,
+    /// (6) the same wasm module doing nothing per request: the proxy-wasm
+    /// dispatch floor any Rust-SDK filter pays.
+    WasmFloor,
 }
 
 impl Variant {
     pub fn small_table() -> Vec<Variant> {
-        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::ExtProc]
+        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::ExtProc, Variant::WasmFloor]
     }
 
     pub fn large_table() -> Vec<Variant> {
@@ -33,6 +36,7 @@ impl Variant {
             Variant::Wasm => "wasm",
             Variant::Lua => "lua",
             Variant::ExtProc => "ext-proc",
+            Variant::WasmFloor => "wasm-floor",
         }
     }
 
@@ -42,6 +46,7 @@ impl Variant {
             Variant::Wasm => "Envoy + mvp wasm filter",
             Variant::Lua => "Envoy + Lua filter, same routing",
             Variant::ExtProc => "Envoy + ext_proc routing every request",
+            Variant::WasmFloor => "Envoy + the same wasm module doing nothing (floor)",
         }
     }
 
@@ -54,6 +59,7 @@ impl Variant {
             (Variant::Wasm, true) => 3,
             (Variant::Lua, _) => 4,
             (Variant::ExtProc, _) => 5,
+            (Variant::WasmFloor, _) => 6,
         }
     }
 
@@ -66,7 +72,7 @@ impl Variant {
     }
 
     pub fn routes(&self) -> bool {
-        *self != Variant::NoFilter
+        !matches!(self, Variant::NoFilter | Variant::WasmFloor)
     }
 
     pub fn config(&self, mut config: Value, table: &Table, address: &dyn Fn(&str) -> String) -> Result<Value> {
@@ -77,6 +83,12 @@ impl Variant {
                 remove_ext_proc(hcm);
             }
             Variant::Wasm => remove_ext_proc(hcm),
+            Variant::WasmFloor => {
+                remove_ext_proc(hcm);
+                let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
+                let wasm = filters.iter_mut().find(|f| f["name"] == "mvp.route").context("wasm filter")?;
+                wasm["typed_config"]["config"]["configuration"]["value"] = json!(r#"{"role":"noop"}"#);
+            }
             Variant::Lua => {
                 remove_filter(hcm, "mvp.route");
                 remove_ext_proc(hcm);
