@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the front-door benchmark (BENCHMARKS.md): release builds, Envoy 1.40,
-# wrk and hey, every variant side by side in one run on loopback.
+# wrk and h2load, every variant side by side in one run on loopback.
 #   scripts/bench.sh                 full run -> bench/results.json and a table on stdout
 #   scripts/bench.sh --smoke         a short run that only checks every variant produces numbers
 set -euo pipefail

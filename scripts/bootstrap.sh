@@ -30,11 +30,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 # Load generators for the benchmark (and its smoke test), from Debian.
-if ! command -v wrk >/dev/null || ! command -v hey >/dev/null; then
-  log "installing wrk and hey (Debian)"
+if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null; then
+  log "installing wrk and h2load (Debian: wrk, nghttp2-client)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk hey >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client >/dev/null
 fi
 
 ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)
@@ -47,4 +47,4 @@ case "$kubectl_version" in *"v$KUBECTL_VERSION"*) ;; *) echo "unexpected kubectl
 if ! command -v kubectl >/dev/null; then
   log "warning: no kubectl on PATH (machines of this kind ship one); the pre-installed-kubectl test will fail"
 fi
-log "tools ready: Envoy $ENVOY_VERSION, kubectl $KUBECTL_VERSION, wrk, hey"
+log "tools ready: Envoy $ENVOY_VERSION, kubectl $KUBECTL_VERSION, wrk, h2load"

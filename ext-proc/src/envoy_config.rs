@@ -306,8 +306,12 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
                     "failure_mode_allow": true,
                     "message_timeout": format!("{}s", ext_proc_ms as f64 / 1000.0),
                     "allow_mode_override": true,
+                    // One round trip per /apis request: the response-headers
+                    // message carries the three request headers the rewrite
+                    // needs (CEL; Envoy cannot send the whole header map).
+                    "response_attributes": crate::rewrite::processor::REQUEST_ATTRIBUTES,
                     "processing_mode": {
-                        "request_header_mode": "SEND",
+                        "request_header_mode": "SKIP",
                         "response_header_mode": "SEND",
                         "request_body_mode": "NONE",
                         "response_body_mode": "NONE",

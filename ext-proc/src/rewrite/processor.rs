@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     ProcessingResponse, body_mutation, common_response::ResponseStatus, external_processor_server::ExternalProcessor,
     external_processor_server::ExternalProcessorServer, processing_request, processing_response,
 };
+use envoy_types::pb::google::protobuf::{Struct, value::Kind};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -43,12 +44,55 @@ impl Rewriter {
     }
 }
 
-/// What the request phase learned, for the response phase.
+/// What the response phase needs from the request.
 #[derive(Debug, Default)]
 struct Exchange {
     plan: Option<Plan>,
     if_none_match: Option<String>,
     gzip: bool,
+}
+
+/// The request headers the rewrite needs, as CEL attributes Envoy attaches
+/// to the response-headers message: one round trip per `/apis` request
+/// instead of two.
+pub const REQUEST_ATTRIBUTES: [&str; 3] =
+    ["request.headers['accept']", "request.headers['if-none-match']", "request.headers['accept-encoding']"];
+
+/// `None` when Envoy sent no attributes at all (misconfigured); absent
+/// headers are simply missing from the list.
+fn request_headers(attributes: &std::collections::HashMap<String, Struct>) -> Option<Vec<(String, String)>> {
+    let fields = &attributes.get("envoy.filters.http.ext_proc")?.fields;
+    Some(
+        REQUEST_ATTRIBUTES
+            .iter()
+            .filter_map(|attr| {
+                let name = attr.strip_prefix("request.headers['")?.strip_suffix("']")?;
+                match fields.get(*attr)?.kind.as_ref()? {
+                    Kind::StringValue(v) => Some((name.to_string(), v.clone())),
+                    _ => None,
+                }
+            })
+            .collect(),
+    )
+}
+
+impl Exchange {
+    fn from_headers(accept: Option<&str>, if_none_match: Option<&str>, accept_encoding: Option<&str>) -> Exchange {
+        Exchange {
+            plan: Some(negotiate(accept)),
+            if_none_match: if_none_match.map(str::to_string),
+            gzip: wants_gzip(accept_encoding),
+        }
+    }
+
+    fn from_attributes(attributes: &std::collections::HashMap<String, Struct>) -> Exchange {
+        let Some(h) = request_headers(attributes) else {
+            tracing::warn!(?attributes, "ext_proc response phase without request.headers; passing the response through");
+            return Exchange::default();
+        };
+        let get = |name: &str| h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        Exchange::from_headers(get("accept"), get("if-none-match"), get("accept-encoding"))
+    }
 }
 
 fn header<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
@@ -95,12 +139,10 @@ impl Rewriter {
             // benchmark variant): route like the wasm filter.
             return self.routes.route(path);
         }
-        let plan = negotiate(header(h, "accept"));
-        x.plan = Some(plan);
+        *x = Exchange::from_headers(header(h, "accept"), header(h, "if-none-match"), header(h, "accept-encoding"));
+        let plan = x.plan.unwrap_or(Plan::Passthrough);
         match plan {
             Plan::Merged(_) | Plan::GroupList => {
-                x.if_none_match = header(h, "if-none-match").map(str::to_string);
-                x.gzip = wants_gzip(header(h, "accept-encoding"));
                 let mutation = HeaderMutation {
                     remove_headers: vec!["if-none-match".into(), "accept-encoding".into()],
                     ..Default::default()
@@ -130,11 +172,25 @@ impl Rewriter {
 
     /// Response headers: replace a 200 of the negotiated kind with the
     /// merged document (or answer 304 to a matching `If-None-Match`).
+    ///
+    /// The apiserver saw the client's `If-None-Match` and `Accept-Encoding`:
+    /// it answers 304 only to its own (unmerged) ETag, which passes through,
+    /// and any body it gzipped is replaced anyway.
     fn on_response_headers(&self, h: &HttpHeaders, x: &Exchange) -> ProcessingResponse {
         let pass = || reply(processing_response::Response::ResponseHeaders(HeadersResponse::default()));
         let status = header(h, ":status").unwrap_or("");
         let content_type = header(h, "content-type").unwrap_or("").to_ascii_lowercase();
-        let Some(plan) = x.plan else { return pass() };
+        let Some(plan) = x.plan else {
+            self.metrics.discovery_rewrite("no_request_headers");
+            return pass();
+        };
+        if plan == Plan::NoPeer {
+            self.metrics.nopeer_request();
+        }
+        if matches!(plan, Plan::NoPeer | Plan::Passthrough) {
+            self.metrics.discovery_rewrite(if plan == Plan::NoPeer { "nopeer" } else { "passthrough" });
+            return pass();
+        }
         if status != "200" {
             self.metrics.discovery_rewrite("upstream_status");
             return pass();
@@ -220,7 +276,12 @@ impl ExternalProcessor for Rewriter {
                 };
                 let out = match msg.request {
                     Some(processing_request::Request::RequestHeaders(h)) => this.on_request_headers(&h, &mut exchange),
-                    Some(processing_request::Request::ResponseHeaders(h)) => this.on_response_headers(&h, &exchange),
+                    Some(processing_request::Request::ResponseHeaders(h)) => {
+                        if exchange.plan.is_none() {
+                            exchange = Exchange::from_attributes(&msg.attributes);
+                        }
+                        this.on_response_headers(&h, &exchange)
+                    }
                     // Not configured (body and trailer modes are off); an
                     // error makes Envoy fall back (failure_mode_allow) rather
                     // than guess.
@@ -308,6 +369,29 @@ mod tests {
         let mut x = Exchange::default();
         let req = r.on_request_headers(&headers(&[("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer")]), &mut x);
         assert_eq!(req.mode_override.unwrap().response_header_mode, HeaderSendMode::Skip as i32);
+    }
+
+    #[test]
+    fn request_headers_arrive_as_response_attributes() {
+        use envoy_types::pb::google::protobuf::Value;
+        let string = |s: &str| Value { kind: Some(Kind::StringValue(s.into())) };
+        let attrs = [(
+            "envoy.filters.http.ext_proc".to_string(),
+            Struct {
+                fields: [
+                    (REQUEST_ATTRIBUTES[0].to_string(), string(JSON_CONTENT_TYPE)),
+                    (REQUEST_ATTRIBUTES[1].to_string(), string("\"x\"")),
+                ]
+                .into_iter()
+                .collect(),
+            },
+        )]
+        .into_iter()
+        .collect();
+        let x = Exchange::from_attributes(&attrs);
+        assert_eq!(x.plan, Some(Plan::Merged(Format::Json)));
+        assert_eq!(x.if_none_match.as_deref(), Some("\"x\""));
+        assert_eq!(Exchange::from_attributes(&Default::default()).plan, None);
     }
 
     #[test]

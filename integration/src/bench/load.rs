@@ -1,4 +1,4 @@
-//! Real load generators (Debian's wrk and hey), pinned to core 1, bounded in
+//! Real load generators (Debian's wrk and h2load), pinned to core 1, bounded in
 //! time, against loopback only.
 
 use std::collections::BTreeMap;
@@ -11,10 +11,10 @@ use serde::Serialize;
 pub const CONNECTIONS: u32 = 16;
 
 pub fn check_tools() -> Result<()> {
-    for tool in ["wrk", "hey", "taskset"] {
+    for tool in ["wrk", "h2load", "taskset"] {
         let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false);
         if !ok {
-            bail!("{tool} is not installed: run scripts/bootstrap.sh (it installs Debian's wrk and hey)");
+            bail!("{tool} is not installed: run scripts/bootstrap.sh (it installs Debian's wrk and nghttp2-client)");
         }
     }
     Ok(())
@@ -76,41 +76,38 @@ pub fn throughput(url: &str, duration: Duration, repeats: usize) -> Result<Throu
     })
 }
 
-/// Latency at a fixed rate: hey with `workers` × `rate` requests per second.
+/// Latency at a fixed rate: h2load (HTTP/1.1) with `workers` connections
+/// each sending `rate` requests per second; percentiles from its per-request
+/// log, in microseconds (hey's report stops at 0.1 ms).
 pub fn latency(url: &str, workers: u32, rate: u32, duration: Duration, headers: &[(&str, &str)]) -> Result<Latency> {
+    let log = tempfile::NamedTempFile::new()?;
     let mut cmd = Command::new("taskset");
-    cmd.args(["-c", "1", "hey", "-z", &format!("{}s", duration.as_secs().max(1)), "-c", &workers.to_string(), "-q", &rate.to_string(), "-disable-compression"]);
+    cmd.args(["-c", "1", "h2load", "--h1", "-c", &workers.to_string(), "--rps", &rate.to_string()]);
+    cmd.args(["-D", &duration.as_secs().max(1).to_string()]);
+    cmd.arg(format!("--log-file={}", log.path().display()));
     for (k, v) in headers {
         cmd.args(["-H", &format!("{k}: {v}")]);
     }
     cmd.arg(url);
     let text = run(&mut cmd)?;
-    let pct = |p: &str| -> Option<f64> {
-        text.lines().find_map(|l| {
-            let rest = l.trim().strip_prefix(&format!("{p}% in "))?;
-            rest.split_whitespace().next()?.parse::<f64>().ok().map(|s| s * 1000.0)
-        })
-    };
-    let (Some(p50), Some(p99)) = (pct("50"), pct("99")) else { bail!("no latency distribution in hey output:\n{text}") };
-    let mut requests = 0;
-    let mut in_codes = false;
-    for l in text.lines() {
-        if l.starts_with("Status code distribution") {
-            in_codes = true;
-            continue;
-        }
-        if in_codes {
-            let t = l.trim();
-            if t.is_empty() {
-                break;
-            }
-            if !t.starts_with("[200]") {
-                bail!("hey saw non-200 responses from {url}:\n{text}");
-            }
-            requests = t.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
-        }
+    let ok = text.lines().any(|l| l.starts_with("status codes:") && l.contains(" 0 3xx, 0 4xx, 0 5xx"))
+        && text.lines().any(|l| l.starts_with("requests:") && l.contains(" 0 failed, 0 errored, 0 timeout"));
+    if !ok {
+        bail!("h2load saw failures against {url}:\n{text}");
     }
-    Ok(Latency { p50_ms: p50, p99_ms: p99, requests })
+    let samples: Vec<f64> = std::fs::read_to_string(log.path())?
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let (_, status, us) = (f.next()?, f.next()?, f.next()?);
+            (status == "200").then(|| us.trim().parse::<f64>().ok()).flatten()
+        })
+        .map(|us| us / 1000.0)
+        .collect();
+    if samples.is_empty() {
+        bail!("h2load logged no requests:\n{text}");
+    }
+    Ok(Latency { p50_ms: super::percentile(&samples, 50.0), p99_ms: super::percentile(&samples, 99.0), requests: samples.len() as u64 })
 }
 
 pub fn clock_ticks() -> f64 {

@@ -4,7 +4,7 @@
 //! Envoy (`--concurrency 1`) and mvp-ext-proc are pinned to core 0; the load
 //! generator and the upstream to core 1. Throughput is wrk at fixed
 //! concurrency for a bounded time, repeated (median and spread); latency is
-//! hey at a fixed moderate rate; CPU per request is Envoy's (and, for the
+//! h2load at a fixed moderate rate; CPU per request is Envoy's (and, for the
 //! ext_proc variant, mvp-ext-proc's) CPU time from /proc over the wrk run.
 
 pub mod docs;
@@ -28,7 +28,7 @@ pub struct Settings {
     pub smoke: bool,
     pub duration: Duration,
     pub repeats: usize,
-    /// hey: workers × per-worker rate = the fixed moderate rate.
+    /// h2load: connections × per-connection rate = the fixed moderate rate.
     pub latency_workers: u32,
     pub latency_rate_per_worker: u32,
     pub propagation_changes: usize,
@@ -356,7 +356,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
             (
                 "latency".into(),
                 format!(
-                    "hey -c {} -q {} ({} req/s), p50/p99",
+                    "h2load --h1 -c {} --rps {} ({} req/s), p50/p99 from its per-request log",
                     settings.latency_workers,
                     settings.latency_rate_per_worker,
                     settings.latency_workers * settings.latency_rate_per_worker
