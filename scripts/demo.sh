@@ -35,7 +35,7 @@ for spec in v130:v1.30:30 v133:v1.33:33 v137:v1.37:37; do
 done
 
 target/debug/mvp-ext-proc serve "${APISERVER_FLAGS[@]}" --grpc-listen "127.0.0.1:$GRPC" \
-  --metrics-listen "127.0.0.1:$METRICS" --refresh-interval 5s >"$DEMO/mvp-ext-proc.log" 2>&1 &
+  --metrics-listen "127.0.0.1:$METRICS" >"$DEMO/mvp-ext-proc.log" 2>&1 &
 PIDS+=($!)
 target/debug/mvp-ext-proc envoy-config "${APISERVER_FLAGS[@]}" --listen "127.0.0.1:$FRONT" \
   --admin "127.0.0.1:$ADMIN" --wasm "$WASM" --ext-proc "127.0.0.1:$GRPC" --output "$DEMO/envoy.yaml"
