@@ -77,10 +77,12 @@ pub fn python() -> Result<PathBuf> {
     tool_from_env_or("MVP_PYTHON", ".tools/venv/bin/python3", "the tools venv's python3")
 }
 
-/// A loopback port free right now. Each process binds it moments later; the
-/// kernel does not hand the same ephemeral port out again that quickly.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+/// `n` distinct free loopback ports: every probe socket is held until all
+/// are chosen, since the kernel readily hands a just-closed port out again
+/// (two one-at-a-time picks once gave Envoy and mvp-ext-proc the same port).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).filter_map(|_| TcpListener::bind("127.0.0.1:0").ok()).collect();
+    held.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect()
 }
 
 /// Polls `check` every 25 ms until it returns `Some`, or fails after `within`.
@@ -365,11 +367,29 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
 }
 
 impl FrontDoor {
+    /// Starts the topology. Ports are picked free but bound by other
+    /// processes moments later, so a parallel test can take one in between:
+    /// such a start is retried with new ports (bounded).
     pub async fn start(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match FrontDoor::start_once(specs, options.clone()).await {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
+                    eprintln!("port taken by another process while starting; retrying with new ports");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
         let dir = tempfile::Builder::new().prefix("mvp-e2e-").tempdir()?;
+        let mut ports = free_ports(specs.len() + 4).into_iter();
+        let mut next_port = move || ports.next().context("no free loopback port");
         let mut fakes = Vec::new();
         for spec in specs {
-            let port = free_port();
+            let port = next_port()?;
             let proc = start_fake(dir.path(), spec, port)?;
             fakes.push(Fake { spec: spec.clone(), port, proc });
         }
@@ -382,7 +402,7 @@ impl FrontDoor {
             .await?;
         }
 
-        let (listen_port, admin_port, metrics_port, grpc_port) = (free_port(), free_port(), free_port(), free_port());
+        let (listen_port, admin_port, metrics_port, grpc_port) = (next_port()?, next_port()?, next_port()?, next_port()?);
         let apiserver_args: Vec<String> =
             fakes.iter().flat_map(|f| ["--apiserver".to_string(), format!("{}={}", f.spec.name, f.url())]).collect();
         let mut serve_args = vec!["serve".to_string()];

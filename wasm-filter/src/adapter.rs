@@ -392,7 +392,7 @@ impl RootContext for Root {
                 }
                 true
             }
-            Ok(PluginConfig::Noop) => {
+            Ok(PluginConfig::Noop(_)) => {
                 self.noop = true;
                 true
             }

@@ -17,8 +17,12 @@ pub enum PluginConfig {
     Refresher(RefresherConfig),
     /// Does nothing per request: measures the proxy-wasm dispatch floor
     /// (BENCHMARKS.md). Never rendered by `mvp-ext-proc envoy-config`.
-    Noop,
+    Noop(NoopConfig),
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoopConfig {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::harness::{Proc, envoy_bin, ext_proc_bin, fixtures_dir, free_port, wait_for, wasm_file};
+use crate::harness::{Proc, envoy_bin, ext_proc_bin, fixtures_dir, wait_for, wasm_file};
 use load::{Latency, Throughput};
 use variants::Variant;
 
@@ -111,14 +111,15 @@ fn bin(name: &str) -> Result<PathBuf> {
 
 impl Backend {
     async fn start(dir: &Path, servers: &[(&str, &Path)], refresh: Duration) -> Result<Backend> {
-        let ports: Vec<(String, u16)> = servers.iter().map(|(n, _)| (n.to_string(), free_port())).collect();
+        let mut free = crate::harness::free_ports(servers.len() + 2).into_iter();
+        let ports: Vec<(String, u16)> = servers.iter().map(|(n, _)| (n.to_string(), free.next().unwrap_or(0))).collect();
         let mut args = Vec::new();
         for ((name, port), (_, docs)) in ports.iter().zip(servers) {
             args.push("--server".to_string());
             args.push(format!("{name}=127.0.0.1:{port}={}", docs.display()));
         }
         let upstream = Proc::spawn_pinned("bench-upstream", dir, "1", &bin("bench-upstream")?, &args)?;
-        let (grpc_port, metrics_port) = (free_port(), free_port());
+        let (grpc_port, metrics_port) = (free.next().unwrap_or(0), free.next().unwrap_or(0));
         let mut serve = vec!["serve".to_string()];
         for (name, port) in &ports {
             serve.extend(["--apiserver".into(), format!("{name}=http://127.0.0.1:{port}")]);
@@ -209,6 +210,11 @@ impl Backend {
     }
 }
 
+fn two_ports() -> (u16, u16) {
+    let p = crate::harness::free_ports(2);
+    (p.first().copied().unwrap_or(0), p.get(1).copied().unwrap_or(0))
+}
+
 pub async fn stat(http: &reqwest::Client, admin: u16, name: &str) -> Option<u64> {
     let text = http.get(format!("http://127.0.0.1:{admin}/stats?filter={name}")).send().await.ok()?.text().await.ok()?;
     text.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
@@ -264,7 +270,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let target = table.routed_path();
         let capable: Vec<String> = table.routed_servers();
         for variant in list {
-            let (listen, admin) = (free_port(), free_port());
+            let (listen, admin) = two_ports();
             let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n))?;
             let envoy = backend.envoy(variant.name(), &config, listen, admin, 1, variant.uses_wasm()).await?;
             let url = format!("http://127.0.0.1:{listen}{target}");
@@ -298,7 +304,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         }
         if gvrs == 50 {
             // Propagation: discovery change → every worker routes by it.
-            let (listen, admin) = (free_port(), free_port());
+            let (listen, admin) = two_ports();
             let config = Variant::Wasm.config(backend.render(listen, admin)?, &table, &|n| backend.address(n))?;
             let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
             let samples = propagation(&backend, &table, listen, settings.propagation_changes).await?;
@@ -326,7 +332,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
     let mut discovery = BTreeMap::new();
     let accept = ("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
     for (name, merged) in [("apis_passthrough", false), ("apis_merged", true)] {
-        let (listen, admin) = (free_port(), free_port());
+        let (listen, admin) = two_ports();
         let mut config = backend.render(listen, admin)?;
         if !merged {
             variants::disable_ext_proc_on_apis(&mut config);
