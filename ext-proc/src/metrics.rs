@@ -203,6 +203,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
     axum::Json(serde_json::json!({
         "version": table.version.to_string(),
         "resources": crate::table::resource_count(&table),
+        "bytes": prost::Message::encoded_len(&*table),
         "apiservers": apiservers,
         "discovery": merged.map(|m| serde_json::json!({
             "etag": m.etag,
