@@ -1,0 +1,28 @@
+//! Tests of `route.rs`.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+use super::*;
+use crate::table::tests::sample;
+
+#[test]
+fn decisions() {
+    let t = RouteTable::from_proto(&sample()).unwrap();
+    let cases: &[(&str, Option<&str>)] = &[
+        ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c", Some("127.0.0.1:1002")),
+        ("/apis/resource.k8s.io/v1/watch/namespaces/ns/resourceclaims?resourceVersion=1", Some("127.0.0.1:1002")),
+        ("/apis/resource.k8s.io/v1/resourceclaims?watch=true", Some("127.0.0.1:1002")),
+        ("/apis/resource.k8s.io/v1", Some("127.0.0.1:1002")),
+        ("/apis/resource.k8s.io", Some("127.0.0.1:1002")),
+        ("/apis/apps/v1/namespaces/ns/deployments/d/scale", Some("127.0.0.1:1001")),
+        ("/apis/batch/v1/namespaces/ns/jobs", Some("127.0.0.1:1003")),
+        ("/api/v1/namespaces/ns/pods/p", None),
+        ("/apis", None),
+        ("/api", None),
+        ("/healthz", None),
+        ("/apis/unknown.example/v1/things", None),
+        ("/apis/resource.k8s.io/v1/watch", None),
+    ];
+    for (path, want) in cases {
+        assert_eq!(decide(&t, path.as_bytes(), 0), *want, "{path}");
+    }
+}

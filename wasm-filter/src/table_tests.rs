@@ -1,0 +1,160 @@
+//! Tests of `table.rs`.
+
+#![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
+use super::*;
+
+pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
+    pb::Apiserver {
+        name: name.into(),
+        address: addr.into(),
+        healthy,
+    }
+}
+
+/// a serves apps/v1 deployments (+scale); b serves apps/v1 deployments
+/// and resource.k8s.io/v1 resourceclaims (+status); c is unhealthy and
+/// alone serves batch/v1 jobs.
+pub fn sample() -> pb::RoutingTable {
+    pb::RoutingTable {
+        version: 7,
+        apiservers: vec![
+            server("a", "127.0.0.1:1001", true),
+            server("b", "127.0.0.1:1002", true),
+            server("c", "127.0.0.1:1003", false),
+        ],
+        groups: vec![
+            pb::GroupRoute {
+                group: "apps".into(),
+                servers: 0b011,
+                versions: vec![pb::VersionRoute {
+                    version: "v1".into(),
+                    servers: 0b011,
+                    resources: vec![pb::ResourceRoute {
+                        resource: "deployments".into(),
+                        servers: 0b011,
+                        subresources: vec![pb::SubresourceRoute {
+                            subresource: "scale".into(),
+                            servers: 0b001,
+                        }],
+                    }],
+                }],
+            },
+            pb::GroupRoute {
+                group: "resource.k8s.io".into(),
+                servers: 0b010,
+                versions: vec![pb::VersionRoute {
+                    version: "v1".into(),
+                    servers: 0b010,
+                    resources: vec![pb::ResourceRoute {
+                        resource: "resourceclaims".into(),
+                        servers: 0b010,
+                        subresources: vec![],
+                    }],
+                }],
+            },
+            pb::GroupRoute {
+                group: "batch".into(),
+                servers: 0b100,
+                versions: vec![pb::VersionRoute {
+                    version: "v1".into(),
+                    servers: 0b100,
+                    resources: vec![pb::ResourceRoute {
+                        resource: "jobs".into(),
+                        servers: 0b100,
+                        subresources: vec![],
+                    }],
+                }],
+            },
+            pb::GroupRoute {
+                group: "".into(),
+                servers: 0b111,
+                versions: vec![pb::VersionRoute {
+                    version: "v1".into(),
+                    servers: 0b111,
+                    resources: vec![pb::ResourceRoute {
+                        resource: "pods".into(),
+                        servers: 0b111,
+                        subresources: vec![],
+                    }],
+                }],
+            },
+        ],
+    }
+}
+
+fn values(t: Option<&Target>) -> Vec<String> {
+    match t {
+        None => vec![],
+        Some(t) => t.rotations.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[test]
+fn lookups() {
+    let t = RouteTable::decode(&sample().encode_to_vec()).unwrap();
+    assert_eq!(t.version(), 7);
+    let cases: &[(&str, &str, &str, &str, &[&str])] = &[
+        // a and b both serve deployments, c does not: route to a or b.
+        ("apps", "v1", "deployments", "", &["127.0.0.1:1001,127.0.0.1:1002", "127.0.0.1:1002,127.0.0.1:1001"]),
+        // only a advertises the scale subresource
+        ("apps", "v1", "deployments", "scale", &["127.0.0.1:1001"]),
+        // a subresource nobody advertises falls back to the resource's set
+        ("apps", "v1", "deployments", "status", &["127.0.0.1:1001,127.0.0.1:1002", "127.0.0.1:1002,127.0.0.1:1001"]),
+        ("resource.k8s.io", "v1", "resourceclaims", "", &["127.0.0.1:1002"]),
+        // only the unhealthy server serves it: still its target (503 if down)
+        ("batch", "v1", "jobs", "", &["127.0.0.1:1003"]),
+        // everyone serves it, or nobody: Envoy's own load balancing
+        ("", "v1", "pods", "", &[]),
+        ("", "v1", "nothing", "", &[]),
+        ("nope", "v1", "x", "", &[]),
+        ("apps", "v2", "deployments", "", &[]),
+    ];
+    for (g, v, r, s, want) in cases {
+        let got = values(t.resource_target(g.as_bytes(), v.as_bytes(), r.as_bytes(), s.as_bytes()));
+        assert_eq!(got, *want, "{g}/{v}/{r}/{s}");
+    }
+    assert_eq!(values(t.discovery_target(b"resource.k8s.io", None)), ["127.0.0.1:1002"]);
+    assert_eq!(values(t.discovery_target(b"resource.k8s.io", Some(b"v1"))), ["127.0.0.1:1002"]);
+    assert_eq!(values(t.discovery_target(b"resource.k8s.io", Some(b"v9"))), Vec::<String>::new());
+    assert_eq!(values(t.discovery_target(b"", Some(b"v1"))), Vec::<String>::new());
+}
+
+#[test]
+fn unhealthy_members_come_last() {
+    let mut p = sample();
+    p.groups[0].servers = 0b101;
+    p.groups[0].versions[0].servers = 0b101;
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(values(t.discovery_target(b"apps", None)), ["127.0.0.1:1001,127.0.0.1:1003"]);
+}
+
+#[test]
+fn rotation_spreads_requests() {
+    let t = RouteTable::from_proto(&sample()).unwrap();
+    let target = t.resource_target(b"apps", b"v1", b"deployments", b"").unwrap();
+    let firsts: Vec<&str> = (0..4).map(|n| &target.header_value(n)[..14]).collect();
+    assert_eq!(firsts, ["127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1001", "127.0.0.1:1002"]);
+}
+
+#[test]
+fn bad_tables_are_rejected() {
+    assert!(matches!(RouteTable::decode(b"\xff\xff\xff"), Err(TableError::Decode(_))));
+    let mut p = sample();
+    p.version = 0;
+    assert!(matches!(RouteTable::from_proto(&p), Err(TableError::ZeroVersion)));
+    let mut p = sample();
+    p.apiservers[0].address = "apiserver-a:6443".into();
+    assert!(matches!(RouteTable::from_proto(&p), Err(TableError::BadAddress(_))));
+    let mut p = sample();
+    p.apiservers = (0..65).map(|i| server("x", &format!("127.0.0.1:{}", 2000 + i), true)).collect();
+    assert!(matches!(RouteTable::from_proto(&p), Err(TableError::TooManyApiservers(65))));
+}
+
+#[test]
+fn bits_beyond_the_server_list_are_ignored() {
+    let mut p = sample();
+    p.groups[1].servers = 0b1010;
+    p.groups[1].versions[0].resources[0].servers = u64::MAX ^ 0b101;
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(values(t.resource_target(b"resource.k8s.io", b"v1", b"resourceclaims", b"")), ["127.0.0.1:1002"]);
+}
