@@ -27,7 +27,7 @@ pub const ROUTE_HEADER: &str = "x-mvp-route";
 /// Headers removed from every client request before routing. `x-remote-*`
 /// are kube-apiserver's default requestheader identity headers (configured
 /// names are stripped too); `x-envoy-*` would let a client steer Envoy's
-/// retries and timeouts (the filter sets `x-envoy-max-retries` itself).
+/// retries and timeouts, which the route table sets per routed request.
 pub const STRIPPED_HEADERS: &[&str] = &[ROUTE_HEADER, "x-kubernetes-peer-proxied"];
 pub const STRIPPED_PREFIXES: &[&str] = &["x-remote-", "x-envoy-"];
 
@@ -453,10 +453,15 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
                 },
             ],
         },
-        "layered_runtime": {"layers": [{"name": "static", "static_layer": {
-            // Envoy's default overload protections, stated explicitly.
-            "overload.global_downstream_max_connections": 50000,
-        }}]},
+        // A bound on client connections (each watch holds one): Envoy warns
+        // at start without one.
+        "overload_manager": {"resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": 50000,
+            },
+        }]},
     }))
 }
 
