@@ -301,3 +301,26 @@ async fn headers_are_stripped_even_without_the_filter() {
     }
     assert_eq!(seen.len(), 3, "round robin ignored the client's pick: {seen:?}");
 }
+
+/// A configuration mistake in the filter (the refresher's role given to the
+/// HTTP filter) must not break requests: they pass with plain load balancing
+/// instead of a panicked VM answering 503 to everything.
+#[tokio::test]
+async fn misconfigured_filter_role_passes_requests_through() {
+    fn refresher_as_filter(yaml: String) -> String {
+        let mut v: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        let filters = v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+            .as_array_mut()
+            .unwrap();
+        let wasm = filters.iter_mut().find(|f| f["name"] == "mvp.route").unwrap();
+        wasm["typed_config"]["config"]["configuration"]["value"] =
+            serde_json::json!(r#"{"role":"refresher","cluster":"mvp_ext_proc"}"#);
+        serde_yaml_ng::to_string(&v).unwrap()
+    }
+    let door = FrontDoor::start(&three(), Options { edit_config: Some(refresher_as_filter), ..Options::default() }).await.unwrap();
+    for _ in 0..6 {
+        let (status, _) = door.get_json(&door.http, "/api/v1/namespaces/default/pods").await.unwrap();
+        assert_eq!(status, 200);
+    }
+    assert_eq!(door.envoy_stat("wasm.mvp_router.vm_reload").await.unwrap_or(0), 0);
+}

@@ -445,12 +445,14 @@ impl RootContext for Root {
         }
     }
 
+    /// Never `None`: the SDK panics on it. A root without a router (the
+    /// benchmark's noop role, or a refresher configuration mistakenly used as
+    /// an HTTP filter) lets every request pass untouched.
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        if self.noop {
-            return Some(Box::new(Noop));
+        match (&self.router, self.noop) {
+            (Some(router), false) => Some(Box::new(Request { router: router.clone() })),
+            _ => Some(Box::new(Noop)),
         }
-        let router = self.router.clone()?;
-        Some(Box::new(Request { router }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -462,7 +464,8 @@ struct Request {
     router: Rc<Router>,
 }
 
-/// The benchmark floor: SDK dispatch only.
+/// Does nothing: the benchmark floor (SDK dispatch only), and the safe
+/// answer for a root that has no router.
 struct Noop;
 
 impl Context for Noop {}
