@@ -601,6 +601,19 @@ pub fn decode_discovery_protobuf(body: &[u8]) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// Edits the HTTP filter chain of a rendered bootstrap (for
+/// `Options::edit_config` in negative tests).
+pub fn edit_http_filters(yaml: &str, edit: impl FnOnce(&mut Vec<Value>)) -> String {
+    let mut v: Value = serde_yaml_ng::from_str(yaml).unwrap_or_default();
+    if let Some(filters) = v
+        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters")
+        .and_then(Value::as_array_mut)
+    {
+        edit(filters);
+    }
+    serde_yaml_ng::to_string(&v).unwrap_or_default()
+}
+
 /// Which fake apiserver answered, from a resource response's body.
 pub fn served_by(v: &Value) -> &str {
     v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")

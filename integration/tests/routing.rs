@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use integration::harness::{FakeSpec, FrontDoor, Options, served_by, served_resources, wait_for};
+use integration::harness::{FakeSpec, FrontDoor, Options, edit_http_filters, served_by, served_resources, wait_for};
 use serde_json::Value;
 
 const RELEASES: [(&str, &str); 3] = [("v130", "v1.30"), ("v133", "v1.33"), ("v137", "v1.37")];
@@ -275,12 +275,7 @@ async fn client_routing_and_identity_headers_never_survive() {
 #[tokio::test]
 async fn headers_are_stripped_even_without_the_filter() {
     fn drop_filter(yaml: String) -> String {
-        let mut v: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
-        let filters = v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
-            .as_array_mut()
-            .unwrap();
-        filters.retain(|f| f["name"] != "mvp.route");
-        serde_yaml_ng::to_string(&v).unwrap()
+        edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] != "mvp.route"))
     }
     let door = FrontDoor::start(&three(), Options { edit_config: Some(drop_filter), ..Options::default() }).await.unwrap();
     let v130 = door.fake("v130").address();
@@ -308,14 +303,12 @@ async fn headers_are_stripped_even_without_the_filter() {
 #[tokio::test]
 async fn misconfigured_filter_role_passes_requests_through() {
     fn refresher_as_filter(yaml: String) -> String {
-        let mut v: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
-        let filters = v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
-            .as_array_mut()
-            .unwrap();
-        let wasm = filters.iter_mut().find(|f| f["name"] == "mvp.route").unwrap();
-        wasm["typed_config"]["config"]["configuration"]["value"] =
-            serde_json::json!(r#"{"role":"refresher","cluster":"mvp_ext_proc"}"#);
-        serde_yaml_ng::to_string(&v).unwrap()
+        edit_http_filters(&yaml, |filters| {
+            if let Some(wasm) = filters.iter_mut().find(|f| f["name"] == "mvp.route") {
+                wasm["typed_config"]["config"]["configuration"]["value"] =
+                    serde_json::json!(r#"{"role":"refresher","cluster":"mvp_ext_proc"}"#);
+            }
+        })
     }
     let door = FrontDoor::start(&three(), Options { edit_config: Some(refresher_as_filter), ..Options::default() }).await.unwrap();
     for _ in 0..6 {

@@ -101,7 +101,8 @@ fn header<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
     })
 }
 
-fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
+/// A header to set (overwriting), for ext_proc header mutations.
+pub(super) fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
     HeaderValueOption {
         header: Some(HeaderValue { key: key.into(), value: String::new(), raw_value: value.into() }),
         append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,

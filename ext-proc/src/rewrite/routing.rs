@@ -5,12 +5,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption, header_value_option::HeaderAppendAction};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{ProcessingMode, processing_mode::HeaderSendMode};
 use envoy_types::pb::envoy::service::ext_proc::v3::{CommonResponse, HeaderMutation, HeadersResponse, ProcessingResponse, processing_response};
 use mvp_protos::routing::v1 as pb;
 use mvp_wasm_filter::table::RouteTable;
 use tokio::sync::watch;
+
+use super::processor::set;
 
 /// A table indexed for one published version.
 type Indexed = Option<(u64, Arc<RouteTable>)>;
@@ -21,14 +22,6 @@ pub struct Routes {
     table: watch::Receiver<Arc<pb::RoutingTable>>,
     indexed: Arc<Mutex<Indexed>>,
     counter: Arc<std::sync::atomic::AtomicU32>,
-}
-
-fn set(key: &str, value: &str) -> HeaderValueOption {
-    HeaderValueOption {
-        header: Some(HeaderValue { key: key.into(), value: String::new(), raw_value: value.as_bytes().to_vec() }),
-        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
-        ..Default::default()
-    }
 }
 
 impl Routes {
