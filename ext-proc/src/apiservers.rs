@@ -6,8 +6,9 @@ use std::str::FromStr;
 
 use url::Url;
 
-/// Envoy's override-host policy holds one bit per apiserver in our table.
-pub const MAX_APISERVERS: usize = 64;
+pub use mvp_contract::limits::MAX_APISERVERS;
+
+use crate::tls::PeerTls;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiserverSpec {
@@ -92,6 +93,22 @@ pub fn validate_set(set: &[ApiserverSpec]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// All apiservers speak one scheme, and https ones are verified.
+pub fn check_schemes(apiservers: &[ApiserverSpec], peer: Option<&PeerTls>) -> Result<(), String> {
+    let tls = apiservers.iter().filter(|a| a.is_tls()).count();
+    if tls != 0 && tls != apiservers.len() {
+        return Err("--apiserver URLs mix http:// and https://; use one scheme for all".into());
+    }
+    match (tls != 0, peer.is_some()) {
+        (true, false) => Err(format!(
+            "--apiserver {}: https:// apiservers need --peer-ca-file (they are never contacted unverified)",
+            apiservers.first().map(|a| a.name.as_str()).unwrap_or_default()
+        )),
+        (false, true) => Err("--peer-ca-file is set but the apiservers are http://; use https:// URLs".into()),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

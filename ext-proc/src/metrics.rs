@@ -1,21 +1,15 @@
-//! Prometheus metrics and the small HTTP admin surface (`/metrics`,
-//! `/healthz`, `/readyz`, `/table`). Names follow kube-apiserver's where the
-//! concept is the same (`apiserver_peer_discovery_sync_errors_total`).
+//! Prometheus metrics, served on `/metrics` by [`crate::admin`]. Names follow
+//! kube-apiserver's where the concept is the same
+//! (`apiserver_peer_discovery_sync_errors_total`).
 
 use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use mvp_protos::routing::v1 as pb;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-
-use crate::sync::Published;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SyncErrorLabels {
@@ -118,7 +112,7 @@ impl Metrics {
 
     pub fn table_changed(&self, t: &pb::RoutingTable) {
         self.table_updates.inc();
-        self.table_resources.set(crate::table::resource_count(t) as i64);
+        self.table_resources.set(crate::routing_table::resource_count(t) as i64);
     }
 
     pub fn table_request(&self, result: &str) {
@@ -148,69 +142,4 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
     }
-}
-
-#[derive(Clone)]
-struct AdminState {
-    metrics: Arc<Metrics>,
-    published: Published,
-}
-
-pub fn admin_router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
-    axum::Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/table", get(table_handler))
-        .with_state(AdminState { metrics, published })
-}
-
-async fn metrics_handler(State(s): State<AdminState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        s.metrics.encode(),
-    )
-        .into_response()
-}
-
-/// Ready once the first discovery round has produced a table.
-async fn readyz(State(s): State<AdminState>) -> Response {
-    if s.published.table.borrow().version == 0 {
-        (StatusCode::SERVICE_UNAVAILABLE, "first discovery round still running").into_response()
-    } else {
-        "ok".into_response()
-    }
-}
-
-/// The current table and each apiserver's health, for operators and tests.
-async fn table_handler(State(s): State<AdminState>) -> Response {
-    let table = s.published.table.borrow().clone();
-    let states = s.published.states.borrow().clone();
-    let merged = s.published.merged.borrow().clone();
-    let apiservers: Vec<serde_json::Value> = states
-        .iter()
-        .map(|st| {
-            serde_json::json!({
-                "name": st.spec.name,
-                "url": st.spec.url.as_str(),
-                "address": st.address.map(|a| a.to_string()),
-                "healthy": st.healthy,
-                "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
-                "lastError": st.last_error,
-            })
-        })
-        .collect();
-    axum::Json(serde_json::json!({
-        "version": table.version.to_string(),
-        "resources": crate::table::resource_count(&table),
-        "bytes": prost::Message::encoded_len(&*table),
-        "apiservers": apiservers,
-        "discovery": merged.map(|m| serde_json::json!({
-            "etag": m.etag,
-            "groups": m.items.len(),
-            "bytes": m.json.identity.len(),
-            "sources": m.sources,
-        })),
-    }))
-    .into_response()
 }

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use integration::harness::{FakeSpec, FrontDoor, Options, decode_discovery_protobuf, workspace_root};
 use serde_json::{Value, json};
 
-const V2_JSON: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-const V2_PROTOBUF: &str = "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+use mvp_ext_proc::apidiscovery::{JSON_CONTENT_TYPE as V2_JSON, PROTOBUF_CONTENT_TYPE as V2_PROTOBUF};
 const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
 
 fn two() -> Vec<FakeSpec> {

@@ -91,7 +91,7 @@ async fn client_certificate_and_token_identities_reach_the_apiserver() {
             .https(Some(&alice), http2)
             .unwrap()
             .get(s.door.url("/apis"))
-            .header("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+            .header("accept", mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE)
             .send()
             .await
             .unwrap();

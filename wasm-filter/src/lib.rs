@@ -1,20 +1,30 @@
 //! mvp-envoy's proxy-wasm filter.
 //!
-//! Data path per request: `:path` → [`requestinfo`] (classify exactly like
-//! kube-apiserver) → [`table`] (look up which apiservers serve it) →
-//! [`route`] (pick the override-host value). The routing table arrives
-//! through [`refresh`] (a singleton on Envoy's main thread pulling it from
-//! mvp-ext-proc over gRPC) and proxy-wasm shared data.
+//! Data path per request (`router`): `:path` → [`urlpath`] (decode like Go's
+//! `URL.Path`) → [`requestinfo`] (classify exactly like kube-apiserver) →
+//! [`table`] (which apiservers serve it) → [`route`] (the override-host
+//! value). The table arrives through [`refresher`] (a singleton on Envoy's
+//! main thread calling mvp-ext-proc's `GetTable`, framed by [`get_table`])
+//! and proxy-wasm shared data ([`shared_table`]). [`identity`] turns a
+//! verified client certificate into requestheaders.
 //!
-//! Everything but `adapter` is plain Rust, tested natively; `adapter` is the
-//! thin proxy-wasm glue and exists only in the wasm32 build.
+//! Everything but `adapter` is plain Rust over the [`host::Host`] trait and
+//! tested natively; `adapter` is the thin proxy-wasm glue and exists only in
+//! the wasm32 build.
 
-pub mod config;
+pub mod get_table;
+pub mod host;
 pub mod identity;
-pub mod refresh;
+pub mod refresher;
 pub mod requestinfo;
 pub mod route;
+pub mod router;
+pub mod shared_table;
 pub mod table;
+pub mod urlpath;
+
+#[cfg(test)]
+mod host_fake;
 
 #[cfg(target_arch = "wasm32")]
 mod adapter;

@@ -1,15 +1,47 @@
-//! Classifies a request path the way kube-apiserver's RequestInfo resolver does
-//! (`staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`), so the
-//! front door and the apiserver behind it always agree on which
+//! Classifies a request path the way kube-apiserver's RequestInfo resolver
+//! does (`staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`),
+//! so the front door and the apiserver behind it always agree on which
 //! group/version/resource a request names.
 //!
-//! Works on bytes and borrows from the (percent-decoded) path: no allocation
-//! unless the path holds a `%` escape, and nothing here can panic.
+//! The URL forms, as requestinfo.go lists them (`/apis/{group}/{version}`
+//! stands wherever `/api/{version}` does; the core group is `""`):
+//!
+//! ```text
+//! Resource paths
+//!   /api/{version}/namespaces
+//!   /api/{version}/namespaces/{namespace}
+//!   /api/{version}/namespaces/{namespace}/{resource}
+//!   /api/{version}/namespaces/{namespace}/{resource}/{name}
+//!   /api/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}
+//!   /api/{version}/{resource}
+//!   /api/{version}/{resource}/{name}
+//!   /api/{version}/{resource}/{name}/{subresource}
+//!   (`namespaces/{ns}/status` and `namespaces/{ns}/finalize` are the
+//!   namespace's own subresources, not a namespaced resource)
+//! Special verbs without subresources
+//!   /api/{version}/proxy/{resource}/{name}
+//!   /api/{version}/proxy/namespaces/{namespace}/{resource}/{name}
+//! Special verbs with subresources
+//!   /api/{version}/watch/{resource}
+//!   /api/{version}/watch/namespaces/{namespace}/{resource}
+//! Non-resource paths
+//!   /apis/{group}/{version}, /apis/{group}, /api/{version}  (routed: `Discovery`)
+//!   /apis, /api, /healthz, /version, /openapi/…, /            (`NonResource`)
+//! ```
+//!
+//! The verb comes from the method, a `watch`/`proxy` prefix, and on a
+//! collection GET the `watch` query parameter; a list's `fieldSelector`
+//! `metadata.name` names the object. Routing never needs those, so
+//! [`route_key`] stops after the segment walk: no method, no query.
+//!
+//! Works on bytes and borrows from the decoded path; nothing here can panic.
 
 use std::borrow::Cow;
 
-/// Path segments are compared as bytes: Go's `URL.Path` is a byte string after
-/// decoding, and a non-UTF-8 segment must classify rather than fail.
+use crate::urlpath::{DecodedPath, query_pairs};
+
+/// Path segments are compared as bytes: Go's `URL.Path` is a byte string
+/// after decoding, and a non-UTF-8 segment must classify rather than fail.
 pub type Segment<'a> = &'a [u8];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,10 +66,7 @@ pub enum Verb {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestInfo<'a> {
     Resource(ResourceRequest<'a>),
-    Discovery {
-        group: Segment<'a>,
-        version: Option<Segment<'a>>,
-    },
+    Discovery { group: Segment<'a>, version: Option<Segment<'a>> },
     /// `/api`, `/apis`, `/healthz`, `/version`, `/openapi/…`, … — never rerouted.
     NonResource,
     /// kube-apiserver fails these in its RequestInfo filter (HTTP 500), e.g.
@@ -55,9 +84,19 @@ pub struct ResourceRequest<'a> {
     pub namespace: Segment<'a>,
     pub resource: Segment<'a>,
     /// Borrowed from the path, or decoded from a `metadata.name` field
-    /// selector on a list (informational: routing never reads it).
+    /// selector on a list.
     pub name: Cow<'a, [u8]>,
     pub subresource: Segment<'a>,
+}
+
+/// What routing reads of a request: RequestInfo's group, version, resource
+/// and subresource, or the unaggregated discovery document it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKey<'a> {
+    Resource { group: Segment<'a>, version: Segment<'a>, resource: Segment<'a>, subresource: Segment<'a> },
+    Discovery { group: Segment<'a>, version: Option<Segment<'a>> },
+    /// Non-resource and invalid requests: never rerouted.
+    None,
 }
 
 /// The HTTP method, reduced to what RequestInfo distinguishes.
@@ -84,73 +123,67 @@ impl Method {
             _ => Method::Other,
         }
     }
-}
 
-/// A request target split into its decoded path and raw query. Kept separate
-/// from [`RequestInfo`] so the decoded bytes outlive the slices borrowed from
-/// them.
-pub struct Target<'a> {
-    path: Cow<'a, [u8]>,
-    query: &'a [u8],
-}
-
-impl<'a> Target<'a> {
-    /// Splits `:path` at the first `?` and percent-decodes the path part,
-    /// as Go's `url.URL.Path` does. An invalid escape is kept literally
-    /// (Go would reject the request line; the apiserver answers it, not us).
-    pub fn parse(raw: &'a [u8]) -> Target<'a> {
-        let (path, query) = match raw.iter().position(|b| *b == b'?') {
-            Some(i) => (raw.get(..i).unwrap_or(raw), raw.get(i + 1..).unwrap_or(b"")),
-            None => (raw, &b""[..]),
-        };
-        Target {
-            path: percent_decode(path),
-            query,
+    fn verb(self) -> Verb {
+        match self {
+            Method::Post => Verb::Create,
+            Method::Get | Method::Head => Verb::Get,
+            Method::Put => Verb::Update,
+            Method::Patch => Verb::Patch,
+            Method::Delete => Verb::Delete,
+            Method::Other => Verb::Other,
         }
     }
+}
 
-    pub fn path(&self) -> &[u8] {
-        &self.path
+/// The routing key of a request: the segment walk only.
+pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
+    match walk(path.path()) {
+        Walked::Resource(w) => RouteKey::Resource {
+            group: w.group,
+            version: w.version,
+            resource: w.resource,
+            subresource: w.subresource,
+        },
+        Walked::Discovery { group, version } => RouteKey::Discovery { group, version },
+        Walked::NonResource | Walked::Invalid => RouteKey::None,
     }
+}
 
+/// Full RequestInfo for `method` on `path`.
+pub fn classify<'a>(method: Method, path: &'a DecodedPath<'_>) -> RequestInfo<'a> {
+    let w = match walk(path.path()) {
+        Walked::Resource(w) => w,
+        Walked::Discovery { group, version } => return RequestInfo::Discovery { group, version },
+        Walked::NonResource => return RequestInfo::NonResource,
+        Walked::Invalid => return RequestInfo::Invalid,
+    };
+    let mut name = Cow::Borrowed(w.name);
+    let verb = match w.prefix_verb.unwrap_or(method.verb()) {
+        Verb::Get if name.is_empty() => {
+            let q = ListOptions::parse(path.query());
+            if let Some(n) = q.name_from_field_selector {
+                name = n;
+            }
+            if q.watch { Verb::Watch } else { Verb::List }
+        }
+        Verb::Delete if name.is_empty() => Verb::DeleteCollection,
+        v => v,
+    };
+    RequestInfo::Resource(ResourceRequest {
+        verb,
+        group: w.group,
+        version: w.version,
+        namespace: w.namespace,
+        resource: w.resource,
+        name,
+        subresource: w.subresource,
+    })
+}
+
+impl<'a> DecodedPath<'a> {
     pub fn classify(&self, method: Method) -> RequestInfo<'_> {
-        classify(method, &self.path, self.query)
-    }
-
-    pub fn query(&self) -> &[u8] {
-        self.query
-    }
-}
-
-fn percent_decode(input: &[u8]) -> Cow<'_, [u8]> {
-    if !input.contains(&b'%') {
-        return Cow::Borrowed(input);
-    }
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while let Some(&b) = input.get(i) {
-        if b == b'%'
-            && let (Some(h), Some(l)) = (
-                input.get(i + 1).and_then(|c| hex_val(*c)),
-                input.get(i + 2).and_then(|c| hex_val(*c)),
-            )
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
-        }
-        out.push(b);
-        i += 1;
-    }
-    Cow::Owned(out)
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
+        classify(method, self)
     }
 }
 
@@ -171,10 +204,7 @@ impl<'a> Segments<'a> {
         let start = path.iter().position(|b| *b != b'/').unwrap_or(path.len());
         let end = path.iter().rposition(|b| *b != b'/').map_or(start, |e| e + 1);
         let trimmed = path.get(start..end).unwrap_or(b"");
-        let mut s = Segments {
-            parts: [b""; MAX_SEGMENTS],
-            len: 0,
-        };
+        let mut s = Segments { parts: [b""; MAX_SEGMENTS], len: 0 };
         if trimmed.is_empty() {
             return s;
         }
@@ -186,73 +216,74 @@ impl<'a> Segments<'a> {
     }
 
     fn get(&self, i: usize) -> Option<Segment<'a>> {
-        if i < self.len {
-            self.parts.get(i).copied()
-        } else {
-            None
-        }
+        if i < self.len { self.parts.get(i).copied() } else { None }
     }
 }
 
-/// RequestInfo for `method` on `path` (already percent-decoded) with `query`.
-pub fn classify<'a>(method: Method, path: &'a [u8], query: &'a [u8]) -> RequestInfo<'a> {
+/// A resource path's parts, before the method and query decide the verb.
+struct Walk<'a> {
+    /// `watch` or `proxy` before the resource.
+    prefix_verb: Option<Verb>,
+    group: Segment<'a>,
+    version: Segment<'a>,
+    namespace: Segment<'a>,
+    resource: Segment<'a>,
+    name: Segment<'a>,
+    subresource: Segment<'a>,
+}
+
+enum Walked<'a> {
+    Resource(Walk<'a>),
+    Discovery { group: Segment<'a>, version: Option<Segment<'a>> },
+    NonResource,
+    Invalid,
+}
+
+/// The segment walk of requestinfo.go's `NewRequestInfo`.
+fn walk(path: &[u8]) -> Walked<'_> {
     let seg = Segments::split(path);
     // Capped at MAX_SEGMENTS, which is above every count RequestInfo compares.
     let total = seg.len;
     let (prefix, mut i) = match seg.get(0) {
         Some(p @ (b"api" | b"apis")) => (p, 1usize),
-        _ => return RequestInfo::NonResource,
+        _ => return Walked::NonResource,
     };
-    let group: Segment<'a> = if prefix == b"apis" {
+    let group = if prefix == b"apis" {
         let Some(group) = seg.get(1) else {
-            return RequestInfo::NonResource;
+            return Walked::NonResource;
         };
         if total < 4 {
-            return RequestInfo::Discovery {
-                group,
-                version: seg.get(2),
-            };
+            return Walked::Discovery { group, version: seg.get(2) };
         }
         i += 1;
         group
     } else {
         if total < 3 {
             return match seg.get(1) {
-                Some(version) => RequestInfo::Discovery {
-                    group: b"",
-                    version: Some(version),
-                },
-                None => RequestInfo::NonResource,
+                Some(version) => Walked::Discovery { group: b"", version: Some(version) },
+                None => Walked::NonResource,
             };
         }
-        b""
+        &b""[..]
     };
     let Some(version) = seg.get(i) else {
-        return RequestInfo::NonResource;
+        return Walked::NonResource;
     };
     i += 1;
 
-    let mut verb = match seg.get(i) {
+    let prefix_verb = match seg.get(i) {
         Some(b"watch") => Some(Verb::Watch),
         Some(b"proxy") => Some(Verb::Proxy),
         _ => None,
     };
-    if verb.is_some() {
+    if prefix_verb.is_some() {
         if seg.get(i + 1).is_none() {
-            return RequestInfo::Invalid;
+            return Walked::Invalid;
         }
         i += 1;
     }
-    let method_verb = match method {
-        Method::Post => Verb::Create,
-        Method::Get | Method::Head => Verb::Get,
-        Method::Put => Verb::Update,
-        Method::Patch => Verb::Patch,
-        Method::Delete => Verb::Delete,
-        Method::Other => Verb::Other,
-    };
 
-    let mut namespace: Segment<'a> = b"";
+    let mut namespace = &b""[..];
     if seg.get(i) == Some(b"namespaces")
         && let Some(ns) = seg.get(i + 1)
     {
@@ -267,52 +298,24 @@ pub fn classify<'a>(method: Method, path: &'a [u8], query: &'a [u8]) -> RequestI
 
     let resource = seg.get(i).unwrap_or(b"");
     let name = seg.get(i + 1).unwrap_or(b"");
-    let subresource = match (verb, seg.get(i + 2)) {
+    let subresource = match (prefix_verb, seg.get(i + 2)) {
         (Some(Verb::Proxy), _) | (_, None) => &b""[..],
         (_, Some(s)) => s,
     };
-
-    let mut name = Cow::Borrowed(name);
-    let verb = match verb.take().unwrap_or(method_verb) {
-        Verb::Get if name.is_empty() => {
-            let q = QueryInfo::parse(query);
-            if let Some(n) = q.name_from_field_selector {
-                name = n;
-            }
-            if q.watch { Verb::Watch } else { Verb::List }
-        }
-        Verb::Delete if name.is_empty() => Verb::DeleteCollection,
-        v => v,
-    };
-
-    RequestInfo::Resource(ResourceRequest {
-        verb,
-        group,
-        version,
-        namespace,
-        resource,
-        name,
-        subresource,
-    })
+    Walked::Resource(Walk { prefix_verb, group, version, namespace, resource, name, subresource })
 }
 
 /// The two list options RequestInfo reads from the query.
-struct QueryInfo<'q> {
+struct ListOptions<'q> {
     watch: bool,
     name_from_field_selector: Option<Cow<'q, [u8]>>,
 }
 
-impl<'q> QueryInfo<'q> {
-    fn parse(query: &'q [u8]) -> QueryInfo<'q> {
+impl<'q> ListOptions<'q> {
+    fn parse(query: &'q [u8]) -> ListOptions<'q> {
         let mut watch = None;
         let mut name = None;
-        for pair in query.split(|b| *b == b'&') {
-            let (k, v) = match pair.iter().position(|b| *b == b'=') {
-                Some(i) => (pair.get(..i).unwrap_or(b""), pair.get(i + 1..).unwrap_or(b"")),
-                None => (pair, &b""[..]),
-            };
-            let k = query_decode(k);
-            let v = query_decode(v);
+        for (k, v) in query_pairs(query) {
             match &*k {
                 // First value wins, as with Go's url.Values; any value but
                 // "0"/"false" (case-insensitive) means watch, even an empty one.
@@ -325,21 +328,7 @@ impl<'q> QueryInfo<'q> {
                 _ => {}
             }
         }
-        QueryInfo {
-            watch: watch.unwrap_or(false),
-            name_from_field_selector: name,
-        }
-    }
-}
-
-/// Form-decoding of one query key or value (`+` is a space), as Go's
-/// `url.ParseQuery`.
-fn query_decode(v: &[u8]) -> Cow<'_, [u8]> {
-    if v.contains(&b'+') {
-        let spaced: Vec<u8> = v.iter().map(|b| if *b == b'+' { b' ' } else { *b }).collect();
-        Cow::Owned(percent_decode(&spaced).into_owned())
-    } else {
-        percent_decode(v)
+        ListOptions { watch: watch.unwrap_or(false), name_from_field_selector: name }
     }
 }
 

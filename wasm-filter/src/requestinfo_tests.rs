@@ -10,7 +10,7 @@ fn s(b: &[u8]) -> String {
 /// Renders like kube's test tables: verb, apiPrefix-less group/version,
 /// namespace, resource, name, subresource.
 fn render(method: &str, raw: &str) -> String {
-    let t = Target::parse(raw.as_bytes());
+    let t = DecodedPath::parse(raw.as_bytes());
     match t.classify(Method::from_bytes(method.as_bytes())) {
         RequestInfo::Resource(r) => format!(
             "{:?} g={} v={} ns={} r={} n={} sub={}",
@@ -128,7 +128,7 @@ fn field_selector_name_is_recognised() {
 #[test]
 fn non_utf8_segments_classify() {
     let raw = b"/apis/\xff\xfe/v1/things/\x80";
-    let t = Target::parse(raw);
+    let t = DecodedPath::parse(raw);
     match t.classify(Method::Get) {
         RequestInfo::Resource(r) => {
             assert_eq!(r.group, b"\xff\xfe");
@@ -145,20 +145,20 @@ fn huge_paths_are_cheap_and_safe() {
     for _ in 0..100_000 {
         p.extend_from_slice(b"/x");
     }
-    let t = Target::parse(&p);
+    let t = DecodedPath::parse(&p);
     match t.classify(Method::Get) {
         RequestInfo::Resource(r) => assert_eq!(r.subresource, b"scale"),
         other => panic!("{other:?}"),
     }
     let slashes = vec![b'/'; 1 << 20];
-    assert_eq!(Target::parse(&slashes).classify(Method::Get), RequestInfo::NonResource);
+    assert_eq!(DecodedPath::parse(&slashes).classify(Method::Get), RequestInfo::NonResource);
 }
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
     #[test]
     fn never_panics_on_arbitrary_bytes(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-        let t = Target::parse(&raw);
+        let t = DecodedPath::parse(&raw);
         let _ = t.classify(Method::Get);
         let _ = t.classify(Method::Delete);
     }
@@ -183,7 +183,7 @@ proptest::proptest! {
         )
     ) {
         let raw = format!("/{}", parts.join("/"));
-        let t = Target::parse(raw.as_bytes());
+        let t = DecodedPath::parse(raw.as_bytes());
         for m in [Method::Get, Method::Post, Method::Delete, Method::Other] {
             if let RequestInfo::Resource(r) = t.classify(m) {
                 // Every field borrows from the decoded path.
@@ -192,5 +192,46 @@ proptest::proptest! {
                 }
             }
         }
+    }
+}
+
+/// Routing reads exactly RequestInfo's group/version/resource/subresource
+/// (or the discovery document), whatever the method and query.
+fn agrees(raw: &[u8]) -> bool {
+    let t = DecodedPath::parse(raw);
+    let key = route_key(&t);
+    [Method::Get, Method::Post, Method::Delete, Method::Other].into_iter().all(|m| {
+        let want = match t.classify(m) {
+            RequestInfo::Resource(r) => RouteKey::Resource {
+                group: r.group,
+                version: r.version,
+                resource: r.resource,
+                subresource: r.subresource,
+            },
+            RequestInfo::Discovery { group, version } => RouteKey::Discovery { group, version },
+            RequestInfo::NonResource | RequestInfo::Invalid => RouteKey::None,
+        };
+        want == key
+    })
+}
+
+#[test]
+fn route_key_is_classify_without_verb() {
+    for raw in [
+        &b"/api/v1/namespaces/ns/pods/p/status?watch=1"[..],
+        b"/apis/apps/v1/watch/namespaces/ns/deployments?fieldSelector=metadata.name%3Dx",
+        b"/apis/apps/v1/proxy/nodes/n/a/b",
+        b"/apis/apps/v1",
+        b"/api/v1/watch",
+        b"/healthz",
+    ] {
+        assert!(agrees(raw), "{}", String::from_utf8_lossy(raw));
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn route_key_agrees_with_classify(raw in "(/(api|apis|v1|apps|namespaces|ns|watch|proxy|status|finalize|pods|p|%2F|)){0,10}(\\?(watch=1|fieldSelector=metadata.name=x))?") {
+        proptest::prop_assert!(agrees(raw.as_bytes()));
     }
 }

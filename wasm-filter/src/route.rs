@@ -1,26 +1,27 @@
-//! request → classify → look up → route: the whole per-request decision, in
-//! plain Rust so it is tested natively. The proxy-wasm adapter only moves
-//! headers in and out.
+//! request → classify → look up → pin: the whole per-request decision, in
+//! plain Rust so it is tested natively. The adapter only moves headers in
+//! and out.
 
-use crate::requestinfo::{Method, RequestInfo, Target};
+use crate::requestinfo::{RouteKey, route_key};
 use crate::table::RouteTable;
+use crate::urlpath::DecodedPath;
 
 /// The override-host list (`IP:port,IP:port,…`) for a request, or `None` to
 /// leave it to Envoy's normal load balancing. `n` spreads requests over the
 /// capable apiservers.
 ///
-/// The method does not change the group/version/resource/subresource that
-/// RequestInfo derives, so the adapter need not read `:method`.
+/// Neither the method nor the query changes the group/version/resource/
+/// subresource RequestInfo derives, so routing reads only the path.
 pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
-    let target = Target::parse(raw_path);
-    let found = match target.classify(Method::Get) {
-        RequestInfo::Resource(r) => {
-            table.resource_target(r.group, r.version, r.resource, r.subresource)
+    let path = DecodedPath::parse(raw_path);
+    let found = match route_key(&path) {
+        RouteKey::Resource { group, version, resource, subresource } => {
+            table.resource_upstreams(group, version, resource, subresource)
         }
-        RequestInfo::Discovery { group, version } => table.discovery_target(group, version),
-        RequestInfo::NonResource | RequestInfo::Invalid => None,
+        RouteKey::Discovery { group, version } => table.discovery_upstreams(group, version),
+        RouteKey::None => None,
     };
-    found.map(|t| t.header_value(n))
+    found.map(|u| u.header_value(n))
 }
 
 #[cfg(test)]

@@ -14,8 +14,7 @@ use prost::Message;
 /// A set of apiservers: bit i is `RoutingTable.apiservers[i]`.
 pub type ServerSet = u64;
 
-/// At most this many apiservers, one bit each.
-pub const MAX_APISERVERS: usize = 64;
+pub use mvp_contract::limits::MAX_APISERVERS;
 
 #[derive(Debug)]
 pub enum TableError {
@@ -56,9 +55,9 @@ struct Group {
     versions: HashMap<Box<[u8]>, Version>,
 }
 
-/// Where to send a request that only some apiservers can serve.
+/// The apiservers a request that only some of them serve is pinned to.
 #[derive(Debug)]
-pub struct Target {
+pub struct Upstreams {
     /// Override-host header values, one per healthy apiserver in the set, each
     /// starting at a different one (load spreading) and listing the rest after
     /// it (Envoy's retries fail over along the list). Unhealthy members come
@@ -66,7 +65,7 @@ pub struct Target {
     rotations: Box<[Box<str>]>,
 }
 
-impl Target {
+impl Upstreams {
     /// The header value for the `n`th request routed to this set.
     pub fn header_value(&self, n: u32) -> &str {
         let len = self.rotations.len().max(1);
@@ -82,7 +81,7 @@ pub struct RouteTable {
     version: u64,
     all: ServerSet,
     groups: HashMap<Box<[u8]>, Group>,
-    targets: HashMap<ServerSet, Target>,
+    upstreams: HashMap<ServerSet, Upstreams>,
 }
 
 impl RouteTable {
@@ -151,22 +150,22 @@ impl RouteTable {
         sets.dedup();
         for set in sets {
             if set != 0 && set != all {
-                table.targets.insert(set, target_for(set, &t.apiservers));
+                table.upstreams.insert(set, upstreams_for(set, &t.apiservers));
             }
         }
         Ok(table)
     }
 
-    /// The target for a resource request, or `None` to leave the request to
+    /// The upstreams for a resource request, or `None` to leave the request to
     /// Envoy's normal load balancing (every apiserver serves it, or none does
     /// and the apiserver's own 404 is the right answer).
-    pub fn resource_target(
+    pub fn resource_upstreams(
         &self,
         group: &[u8],
         version: &[u8],
         resource: &[u8],
         subresource: &[u8],
-    ) -> Option<&Target> {
+    ) -> Option<&Upstreams> {
         let r = self.groups.get(group)?.versions.get(version)?.resources.get(resource)?;
         // A subresource nobody advertises (or none named) falls back to the
         // resource's servers; one that some advertise narrows to those.
@@ -175,25 +174,25 @@ impl RouteTable {
         } else {
             r.subresources.get(subresource).copied().unwrap_or(r.servers)
         };
-        self.target(set)
+        self.pinned(set)
     }
 
-    /// The target for the unaggregated discovery documents `/apis/{g}` and
+    /// The upstreams for the unaggregated discovery documents `/apis/{g}` and
     /// `/apis/{g}/{v}` (and `/api/{v}`).
-    pub fn discovery_target(&self, group: &[u8], version: Option<&[u8]>) -> Option<&Target> {
+    pub fn discovery_upstreams(&self, group: &[u8], version: Option<&[u8]>) -> Option<&Upstreams> {
         let g = self.groups.get(group)?;
         let set = match version {
             Some(v) => g.versions.get(v)?.servers,
             None => g.servers,
         };
-        self.target(set)
+        self.pinned(set)
     }
 
-    fn target(&self, set: ServerSet) -> Option<&Target> {
+    fn pinned(&self, set: ServerSet) -> Option<&Upstreams> {
         if set == 0 || set == self.all {
             return None;
         }
-        self.targets.get(&set)
+        self.upstreams.get(&set)
     }
 }
 
@@ -201,7 +200,7 @@ fn key(s: &str) -> Box<[u8]> {
     s.as_bytes().into()
 }
 
-fn target_for(set: ServerSet, servers: &[pb::Apiserver]) -> Target {
+fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
     let members = servers
         .iter()
         .enumerate()
@@ -227,7 +226,7 @@ fn target_for(set: ServerSet, servers: &[pb::Apiserver]) -> Target {
                 .into_boxed_str()
         })
         .collect();
-    Target { rotations }
+    Upstreams { rotations }
 }
 
 #[cfg(test)]

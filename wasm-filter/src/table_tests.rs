@@ -82,7 +82,7 @@ pub fn sample() -> pb::RoutingTable {
     }
 }
 
-fn values(t: Option<&Target>) -> Vec<String> {
+fn values(t: Option<&Upstreams>) -> Vec<String> {
     match t {
         None => vec![],
         Some(t) => t.rotations.iter().map(|s| s.to_string()).collect(),
@@ -110,13 +110,13 @@ fn lookups() {
         ("apps", "v2", "deployments", "", &[]),
     ];
     for (g, v, r, s, want) in cases {
-        let got = values(t.resource_target(g.as_bytes(), v.as_bytes(), r.as_bytes(), s.as_bytes()));
+        let got = values(t.resource_upstreams(g.as_bytes(), v.as_bytes(), r.as_bytes(), s.as_bytes()));
         assert_eq!(got, *want, "{g}/{v}/{r}/{s}");
     }
-    assert_eq!(values(t.discovery_target(b"resource.k8s.io", None)), ["127.0.0.1:1002"]);
-    assert_eq!(values(t.discovery_target(b"resource.k8s.io", Some(b"v1"))), ["127.0.0.1:1002"]);
-    assert_eq!(values(t.discovery_target(b"resource.k8s.io", Some(b"v9"))), Vec::<String>::new());
-    assert_eq!(values(t.discovery_target(b"", Some(b"v1"))), Vec::<String>::new());
+    assert_eq!(values(t.discovery_upstreams(b"resource.k8s.io", None)), ["127.0.0.1:1002"]);
+    assert_eq!(values(t.discovery_upstreams(b"resource.k8s.io", Some(b"v1"))), ["127.0.0.1:1002"]);
+    assert_eq!(values(t.discovery_upstreams(b"resource.k8s.io", Some(b"v9"))), Vec::<String>::new());
+    assert_eq!(values(t.discovery_upstreams(b"", Some(b"v1"))), Vec::<String>::new());
 }
 
 #[test]
@@ -125,13 +125,13 @@ fn unhealthy_members_come_last() {
     p.groups[0].servers = 0b101;
     p.groups[0].versions[0].servers = 0b101;
     let t = RouteTable::from_proto(&p).unwrap();
-    assert_eq!(values(t.discovery_target(b"apps", None)), ["127.0.0.1:1001,127.0.0.1:1003"]);
+    assert_eq!(values(t.discovery_upstreams(b"apps", None)), ["127.0.0.1:1001,127.0.0.1:1003"]);
 }
 
 #[test]
 fn rotation_spreads_requests() {
     let t = RouteTable::from_proto(&sample()).unwrap();
-    let target = t.resource_target(b"apps", b"v1", b"deployments", b"").unwrap();
+    let target = t.resource_upstreams(b"apps", b"v1", b"deployments", b"").unwrap();
     let firsts: Vec<&str> = (0..4).map(|n| &target.header_value(n)[..14]).collect();
     assert_eq!(firsts, ["127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1001", "127.0.0.1:1002"]);
 }
@@ -156,5 +156,5 @@ fn bits_beyond_the_server_list_are_ignored() {
     p.groups[1].servers = 0b1010;
     p.groups[1].versions[0].resources[0].servers = u64::MAX ^ 0b101;
     let t = RouteTable::from_proto(&p).unwrap();
-    assert_eq!(values(t.resource_target(b"resource.k8s.io", b"v1", b"resourceclaims", b"")), ["127.0.0.1:1002"]);
+    assert_eq!(values(t.resource_upstreams(b"resource.k8s.io", b"v1", b"resourceclaims", b"")), ["127.0.0.1:1002"]);
 }

@@ -8,20 +8,22 @@
 //! cluster-wide APIService objects and can name group-versions this server
 //! does not serve).
 
+pub mod aggregated;
 pub mod capabilities;
-pub mod documents;
 mod fetch;
+pub mod transport;
+pub mod unaggregated;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
+use aggregated::{Root, RootView};
 pub use capabilities::Capabilities;
-use documents::{ApiGroupList, ApiVersions, Root, RootView};
 pub use fetch::{FetchError, Fetched};
+pub use transport::Transport;
 
-use crate::apidiscovery::{APIGroupDiscovery, version_from_resource_list};
+use crate::apidiscovery::APIGroupDiscovery;
 
 /// Everything one read of a server's discovery yields.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,23 +56,7 @@ pub enum DiscoveryError {
     #[error("{path}: {source}")]
     Fetch { path: String, source: FetchError },
     #[error("{path}: {source}")]
-    Document { path: String, source: documents::DocumentError },
-}
-
-/// How discovery requests reach apiservers.
-#[derive(Clone)]
-pub enum Transport {
-    Plain(reqwest::Client),
-    /// mTLS like Envoy's: connect to the apiserver's resolved address, send
-    /// SNI `server_name` and require a certificate for it from the peer CA.
-    Tls {
-        config: Arc<rustls::ClientConfig>,
-        server_name: String,
-        /// (header, user) naming who asks, when the proxy client certificate
-        /// makes the apiserver trust requestheaders.
-        identity: Option<(String, String)>,
-        headers: reqwest::header::HeaderMap,
-    },
+    Document { path: String, source: aggregated::DocumentError },
 }
 
 /// Discovery of one apiserver, keeping the ETag of each aggregated document
@@ -144,7 +130,7 @@ impl Discoverer {
             },
             Fetched::Ok { body, content_type, etag } => {
                 if content_type.contains("as=APIGroupDiscoveryList") {
-                    let view = documents::from_aggregated(root, &body)
+                    let view = aggregated::from_aggregated(root, &body)
                         .map_err(|source| DiscoveryError::Document { path: path.into(), source })?;
                     match etag {
                         Some(e) => {
@@ -162,58 +148,6 @@ impl Discoverer {
             }
             Fetched::NotFound => Err(DiscoveryError::Fetch { path: path.into(), source: FetchError::Status(404) }),
         }
-    }
-
-    /// Servers without aggregated discovery: every listed group-version's
-    /// own document, converted to the aggregated form kube would serve.
-    async fn unaggregated(&self, client: &reqwest::Client, path: &str, root: Root, body: &[u8]) -> Result<RootView, DiscoveryError> {
-        let doc_err = |path: &str| {
-            let path = path.to_string();
-            move |source| DiscoveryError::Document { path, source }
-        };
-        let mut groups: Vec<APIGroupDiscovery> = Vec::new();
-        let group_versions: Vec<(String, String)> = match root {
-            Root::Core => documents::parse::<ApiVersions>("APIVersions", body)
-                .map_err(doc_err(path))?
-                .versions
-                .into_iter()
-                .map(|v| (String::new(), v))
-                .collect(),
-            Root::Groups => documents::parse::<ApiGroupList>("APIGroupList", body)
-                .map_err(doc_err(path))?
-                .groups
-                .into_iter()
-                .flat_map(|g| {
-                    let name = g.name;
-                    g.versions.into_iter().map(move |v| (name.clone(), v.version))
-                })
-                .collect(),
-        };
-        for (group, version) in group_versions {
-            let gv_path = if group.is_empty() {
-                format!("/api/{version}")
-            } else {
-                format!("/apis/{group}/{version}")
-            };
-            match self.get(client, &gv_path, "application/json", None).await? {
-                Fetched::Ok { body, .. } => {
-                    let list = documents::resource_list(&group, &version, &body).map_err(doc_err(&gv_path))?;
-                    let v = version_from_resource_list(&version, &list);
-                    match groups.iter_mut().find(|g| g.name() == group) {
-                        Some(g) => g.versions.push(v),
-                        None => groups.push(APIGroupDiscovery {
-                            metadata: crate::apidiscovery::ObjectMeta { name: group.clone() },
-                            versions: vec![v],
-                        }),
-                    }
-                }
-                // Listed (cluster-wide APIService) but not served here.
-                Fetched::NotFound => {}
-                Fetched::NotModified => {}
-            }
-        }
-        let capabilities = documents::capabilities_of(root, &groups).map_err(doc_err(path))?;
-        Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
     }
 
     async fn get(&self, client: &reqwest::Client, path: &str, accept: &str, etag: Option<&str>) -> Result<Fetched, DiscoveryError> {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::document::MergedDocument;
+use super::merged::MergedDocument;
 use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList};
 
 fn fixture(release: &str) -> Vec<APIGroupDiscovery> {
@@ -100,7 +100,7 @@ fn known_facts_of_the_three_release_merge() {
     let csinodes = storage_v1.resources.iter().find(|r| r.resource == "csinodes").unwrap();
     assert!(csinodes.subresources.iter().any(|s| s.subresource == "status"));
     // Protobuf carries the same document.
-    let decoded = super::document::decode_protobuf(&doc.protobuf.identity).unwrap();
+    let decoded = crate::apidiscovery::protobuf::decode(&doc.protobuf.identity).unwrap();
     assert_eq!(decoded.items, doc.items);
     assert_eq!(decoded.kind, "APIGroupDiscoveryList");
 }

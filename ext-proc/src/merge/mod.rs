@@ -1,12 +1,11 @@
 //! `/apis` → merge: the peer-aggregated discovery document, built once per
 //! change of any apiserver's groups and kept as ready-to-send bytes.
 
-pub mod document;
-pub mod etag;
+pub mod merged;
 pub mod order;
 pub mod peer_aggregated;
 
 #[cfg(test)]
 mod golden_tests;
 
-pub use document::MergedDocument;
+pub use merged::MergedDocument;

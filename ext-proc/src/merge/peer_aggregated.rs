@@ -1,4 +1,5 @@
-//! The peer-aggregated `/apis` merge of kube-apiserver 1.35+
+//! The peer-aggregated `/apis` merge of kube-apiserver (added in 1.35, on by
+//! default from 1.36)
 //! (`aggregated/peer_aggregated_handler.go`, `mergeResources` and helpers),
 //! over every apiserver's own (`profile=nopeer`) groups.
 //!

@@ -5,7 +5,15 @@
 //! client negotiated is the body replaced, already at the response-headers
 //! phase (the upstream body is never buffered). Every other status passes
 //! through untouched.
+//!
+//! [`exchange`] (what the response phase knows of the request) →
+//! [`negotiate`] (which answer the client asked for) → [`decide`] (what it
+//! gets) → [`response`] (the ext_proc message) ← [`server`] (the stream loop).
 
+pub mod decide;
+pub mod exchange;
 pub mod negotiate;
-pub mod processor;
-pub mod routing;
+pub mod response;
+pub mod server;
+
+pub use exchange::REQUEST_ATTRIBUTES;

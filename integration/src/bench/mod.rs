@@ -93,6 +93,9 @@ struct Backend {
     /// Held so the upstream lives as long as the backend.
     _upstream: Proc,
     ext_proc: Proc,
+    /// Variant (5)'s ext_proc server.
+    router: Proc,
+    router_port: u16,
     servers: Vec<(String, u16)>,
     grpc_port: u16,
     metrics_port: u16,
@@ -111,7 +114,7 @@ fn bin(name: &str) -> Result<PathBuf> {
 
 impl Backend {
     async fn start(dir: &Path, servers: &[(&str, &Path)], refresh: Duration) -> Result<Backend> {
-        let mut free = crate::harness::free_ports(servers.len() + 2).into_iter();
+        let mut free = crate::harness::free_ports(servers.len() + 3).into_iter();
         let ports: Vec<(String, u16)> = servers.iter().map(|(n, _)| (n.to_string(), free.next().unwrap_or(0))).collect();
         let mut args = Vec::new();
         for ((name, port), (_, docs)) in ports.iter().zip(servers) {
@@ -133,8 +136,16 @@ impl Backend {
             format!("{}ms", refresh.as_millis()),
         ]);
         let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &serve)?;
+        let router_port = free.next().unwrap_or(0);
+        let router_args = vec![
+            "--listen".to_string(),
+            format!("127.0.0.1:{router_port}"),
+            "--table-from".into(),
+            format!("127.0.0.1:{grpc_port}"),
+        ];
+        let router = Proc::spawn_pinned("ext-proc-router", dir, "0", &bin("ext-proc-router")?, &router_args)?;
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, servers: ports, grpc_port, metrics_port, http, refresh };
+        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, router, router_port, servers: ports, grpc_port, metrics_port, http, refresh };
         let want = servers.len();
         wait_for("mvp-ext-proc to discover every upstream", Duration::from_secs(30), || async {
             let t = b.table().await?;
@@ -271,14 +282,14 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let capable: Vec<String> = table.routed_servers();
         for variant in list {
             let (listen, admin) = two_ports();
-            let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n))?;
+            let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
             let envoy = backend.envoy(variant.name(), &config, listen, admin, 1, variant.uses_wasm()).await?;
             let url = format!("http://127.0.0.1:{listen}{target}");
             check_routing(&http, &url, variant.routes().then_some(capable.as_slice()))
                 .await
                 .with_context(|| format!("variant {}", variant.name()))?;
             let pids: Vec<u32> = if variant.uses_ext_proc() {
-                vec![envoy.pid(), backend.ext_proc.pid()]
+                vec![envoy.pid(), backend.router.pid()]
             } else {
                 vec![envoy.pid()]
             };
@@ -305,7 +316,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         if gvrs == 50 {
             // Propagation: discovery change → every worker routes by it.
             let (listen, admin) = two_ports();
-            let config = Variant::Wasm.config(backend.render(listen, admin)?, &table, &|n| backend.address(n))?;
+            let config = Variant::Wasm.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
             let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
             let samples = propagation(&backend, &table, listen, settings.propagation_changes).await?;
             drop(envoy);
@@ -330,7 +341,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
     let refs: Vec<(&str, &Path)> = servers.iter().map(|(n, p)| (*n, p.as_path())).collect();
     let backend = Backend::start(dir.path(), &refs, settings.refresh_interval).await?;
     let mut discovery = BTreeMap::new();
-    let accept = ("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+    let accept = ("accept", mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE);
     for (name, merged) in [("apis_passthrough", false), ("apis_merged", true)] {
         let (listen, admin) = two_ports();
         let mut config = backend.render(listen, admin)?;

@@ -14,10 +14,12 @@ pub enum Variant {
     Wasm,
     /// (4) a Lua filter doing the same classification and routing.
     Lua,
-    /// (5) ext_proc on every request doing the routing.
+    /// (5) ext_proc on every request doing the routing (`ext-proc-router`,
+    /// the filter's decision in a gRPC server).
     ExtProc,
     /// (6) the same wasm module doing nothing per request: the proxy-wasm
-    /// dispatch floor any Rust-SDK filter pays.
+    /// dispatch floor any Rust-SDK filter pays. Configured as a root without
+    /// a router (the filter's fail-safe: every request passes untouched).
     WasmFloor,
 }
 
@@ -75,7 +77,11 @@ impl Variant {
         !matches!(self, Variant::NoFilter | Variant::WasmFloor)
     }
 
-    pub fn config(&self, mut config: Value, table: &Table, address: &dyn Fn(&str) -> String) -> Result<Value> {
+    /// `router_port`: where the `ext-proc-router` of variant (5) listens.
+    pub fn config(&self, mut config: Value, table: &Table, address: &dyn Fn(&str) -> String, router_port: u16) -> Result<Value> {
+        if *self == Variant::ExtProc {
+            add_router_cluster(&mut config, router_port)?;
+        }
         let hcm = hcm(&mut config)?;
         match self {
             Variant::NoFilter => {
@@ -87,7 +93,12 @@ impl Variant {
                 remove_ext_proc(hcm);
                 let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
                 let wasm = filters.iter_mut().find(|f| f["name"] == "mvp.route").context("wasm filter")?;
-                wasm["typed_config"]["config"]["configuration"]["value"] = json!(r#"{"role":"noop"}"#);
+                // A refresher configuration in the HTTP filter: no router, so
+                // every request gets the pass-through context. Its one call
+                // (at configure time) fails on the unknown cluster; the next
+                // would come an hour later.
+                wasm["typed_config"]["config"]["configuration"]["value"] =
+                    json!(r#"{"role":"refresher","cluster":"none","poll_interval_ms":3600000}"#);
             }
             Variant::Lua => {
                 remove_filter(hcm, "mvp.route");
@@ -115,10 +126,28 @@ impl Variant {
                 tc["processing_mode"]["response_header_mode"] = json!("SKIP");
                 tc.as_object_mut().context("ext_proc config")?.remove("response_attributes");
                 tc["message_timeout"] = json!("1s");
+                tc["grpc_service"]["envoy_grpc"]["cluster_name"] = json!(ROUTER_CLUSTER);
             }
         }
         Ok(config)
     }
+}
+
+const ROUTER_CLUSTER: &str = "bench_ext_proc_router";
+
+fn add_router_cluster(config: &mut Value, port: u16) -> Result<()> {
+    let clusters = config.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut).context("clusters")?;
+    clusters.push(json!({
+        "name": ROUTER_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": ROUTER_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]},
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }},
+    }));
+    Ok(())
 }
 
 fn hcm(config: &mut Value) -> Result<&mut Value> {

@@ -16,7 +16,8 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use sha2::{Digest, Sha512};
+use mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE as AGGREGATED;
+use mvp_ext_proc::apidiscovery::etag::quoted_sha512;
 
 #[derive(Parser)]
 struct Args {
@@ -32,7 +33,7 @@ struct Doc {
 
 impl Doc {
     fn new(body: Vec<u8>) -> Doc {
-        let etag = format!("\"{}\"", hex::encode_upper(Sha512::digest(&body)));
+        let etag = quoted_sha512(&body);
         Doc { body: body.into(), etag }
     }
 }
@@ -42,8 +43,6 @@ struct Server {
     api: Doc,
     apis: RwLock<Arc<Doc>>,
 }
-
-const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 fn discovery(req: &Request<Incoming>, doc: &Doc) -> Response<Full<Bytes>> {
     let inm = req.headers().get("if-none-match").and_then(|v| v.to_str().ok());

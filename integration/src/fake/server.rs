@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::documents::Documents;
 
-pub const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub use mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE as AGGREGATED_V2;
 
 #[derive(Clone)]
 pub struct FakeState {

@@ -5,11 +5,17 @@
 
 use sha2::{Digest, Sha512};
 
-use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList, go_json};
+use super::{APIGroupDiscovery, APIGroupDiscoveryList, go_json};
 
+/// The ETag of a list of groups.
 pub fn etag(items: &[APIGroupDiscovery]) -> String {
     let list = APIGroupDiscoveryList { items: items.to_vec(), ..Default::default() };
-    format!("\"{}\"", hex::encode_upper(Sha512::digest(go_json(&list))))
+    quoted_sha512(&go_json(&list))
+}
+
+/// The formula itself, over the bytes kube hashes.
+pub fn quoted_sha512(bytes: &[u8]) -> String {
+    format!("\"{}\"", hex::encode_upper(Sha512::digest(bytes)))
 }
 
 /// kube compares `If-None-Match` with the quoted ETag as one plain string:

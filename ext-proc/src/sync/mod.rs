@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use mvp_protos::routing::v1 as pb;
 use tokio::sync::watch;
 
+pub mod state;
+
 use crate::apiservers::ApiserverSpec;
-use crate::discover::{Discoverer, DiscoveryOptions, Transport};
-use crate::discover::ServerView;
-use crate::health::ServerState;
+use crate::discover::{Discoverer, DiscoveryOptions, ServerView, Transport};
 use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
-use crate::table;
+use crate::routing_table;
+use state::ServerState;
 
 #[derive(Debug, Clone)]
 pub struct SyncOptions {
@@ -105,12 +106,12 @@ impl Syncer {
             }
             self.metrics.apiserver_healthy(&name, state.healthy);
         }
-        let new = table::build(&self.states);
+        let new = routing_table::build(&self.states);
         if new.version != self.table_tx.borrow().version {
             tracing::info!(
                 version = format!("{:016x}", new.version),
                 apiservers = new.apiservers.len(),
-                resources = table::resource_count(&new),
+                resources = routing_table::resource_count(&new),
                 "routing table changed"
             );
             self.metrics.table_changed(&new);

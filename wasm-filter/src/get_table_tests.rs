@@ -1,4 +1,4 @@
-//! Tests of `refresh.rs`.
+//! Tests of `get_table.rs`.
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing, clippy::type_complexity)]
 use super::*;
@@ -48,12 +48,6 @@ fn responses() {
     let body = frame(&pb::GetTableResponse { table: Some(bad) }.encode_to_vec());
     assert!(matches!(
         parse_response(Some(b"200"), Some(b"0"), None, &body),
-        Err(RefreshError::Table(_))
+        Err(GetTableError::Table(_))
     ));
-}
-
-#[test]
-fn version_round_trip() {
-    assert_eq!(decode_version(&encode_version(u64::MAX - 3)), Some(u64::MAX - 3));
-    assert_eq!(decode_version(b"short"), None);
 }

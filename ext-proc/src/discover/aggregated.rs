@@ -1,4 +1,5 @@
-//! The discovery documents we read, reduced to the names routing needs.
+//! Aggregated discovery documents (`/api`, `/apis` as
+//! `APIGroupDiscoveryList`), validated and reduced to what routing needs.
 //! Unknown fields are ignored, as Kubernetes clients do.
 
 use serde::Deserialize;
@@ -8,64 +9,6 @@ use super::capabilities::Capabilities;
 use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList};
 
 pub const AGGREGATED_KIND: &str = "APIGroupDiscoveryList";
-
-/// Unaggregated `APIVersions` (`/api`).
-#[derive(Debug, Deserialize)]
-pub struct ApiVersions {
-    #[serde(default)]
-    pub versions: Vec<String>,
-}
-
-/// Unaggregated `APIGroupList` (`/apis`).
-#[derive(Debug, Deserialize)]
-pub struct ApiGroupList {
-    #[serde(default)]
-    pub groups: Vec<ApiGroup>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ApiGroup {
-    pub name: String,
-    #[serde(default)]
-    pub versions: Vec<GroupVersionForDiscovery>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct GroupVersionForDiscovery {
-    pub version: String,
-}
-
-/// Unaggregated `APIResourceList` (`/api/{v}`, `/apis/{g}/{v}`).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ApiResourceList {
-    #[serde(default)]
-    pub group_version: String,
-    #[serde(default)]
-    pub resources: Vec<ApiResource>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ApiResource {
-    pub name: String,
-    #[serde(default)]
-    pub singular_name: String,
-    #[serde(default)]
-    pub namespaced: bool,
-    #[serde(default)]
-    pub group: Option<String>,
-    #[serde(default)]
-    pub version: Option<String>,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub verbs: Vec<String>,
-    #[serde(default)]
-    pub short_names: Vec<String>,
-    #[serde(default)]
-    pub categories: Vec<String>,
-}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DocumentError {
@@ -144,30 +87,13 @@ pub fn capabilities_of(root: Root, groups: &[APIGroupDiscovery]) -> Result<Capab
 
 /// Names become path segments and table keys: reject what no apiserver
 /// would serve, so a broken document cannot poison the table.
-fn check_segment(what: &str, s: &str) -> Result<(), DocumentError> {
+pub(super) fn check_segment(what: &str, s: &str) -> Result<(), DocumentError> {
     let ok = !s.is_empty() && s.len() <= 253 && !s.contains('/') && !s.chars().any(char::is_control);
     if ok {
         Ok(())
     } else {
         Err(DocumentError::Invalid(format!("{what} name {s:?} is not a valid path segment")))
     }
-}
-
-/// An unaggregated `APIResourceList` for `group`/`version`, validated.
-pub fn resource_list(group: &str, version: &str, body: &[u8]) -> Result<ApiResourceList, DocumentError> {
-    let list: ApiResourceList = parse("APIResourceList", body)?;
-    let want = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    if !list.group_version.is_empty() && list.group_version != want {
-        return Err(DocumentError::Invalid(format!(
-            "APIResourceList for {want} says groupVersion {:?}",
-            list.group_version
-        )));
-    }
-    for r in &list.resources {
-        let resource = r.name.split('/').next().unwrap_or_default();
-        check_segment("resource", resource)?;
-    }
-    Ok(list)
 }
 
 #[cfg(test)]
@@ -196,18 +122,6 @@ mod tests {
     }
 
     #[test]
-    fn aggregated_and_unaggregated_agree_for_core() {
-        // api.json was converted from api__v1.json the way kube does it; our
-        // conversion back to aggregated form must give the same document.
-        let agg: APIGroupDiscoveryList = parse("list", &fixture("v1.37", "api.json")).unwrap();
-        let list = resource_list("", "v1", &fixture("v1.37", "api__v1.json")).unwrap();
-        let converted = crate::apidiscovery::version_from_resource_list("v1", &list);
-        assert_eq!(agg.items[0].versions[0], converted);
-        let caps = capabilities_of(Root::Core, &agg.items).unwrap();
-        assert!(caps.groups[""]["v1"]["pods"].contains("eviction"));
-    }
-
-    #[test]
     fn bad_documents() {
         for (body, why) in [
             (&b"{"[..], "truncated"),
@@ -220,6 +134,5 @@ mod tests {
         ] {
             assert!(from_aggregated(Root::Groups, body).is_err(), "{why}");
         }
-        assert!(resource_list("apps", "v1", br#"{"groupVersion":"batch/v1","resources":[]}"#).is_err());
     }
 }

@@ -9,7 +9,7 @@ use mvp_protos::routing::v1 as pb;
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-use crate::health::ServerState;
+use crate::sync::state::ServerState;
 
 type Bits = u64;
 

@@ -1,4 +1,5 @@
-//! The refresher's side of `mvp.routing.v1.RoutingTableService/GetTable`.
+//! The refresher's `mvp.routing.v1.RoutingTableService/GetTable` call:
+//! request framing and response validation.
 //!
 //! The call is real gRPC (HTTP/2, `application/grpc`, length-prefixed
 //! messages, `grpc-status`), sent with proxy-wasm's `dispatch_http_call`:
@@ -9,17 +10,15 @@
 use mvp_protos::routing::v1 as pb;
 use prost::Message;
 
+use mvp_contract::envoy::GET_TABLE_PATH;
+pub use mvp_contract::limits::MAX_TABLE_BYTES;
+
 use crate::table::{RouteTable, TableError};
-
-pub const PATH: &str = "/mvp.routing.v1.RoutingTableService/GetTable";
-
-/// Upper bound on a table we accept (a 5,000-resource table is ~200 KiB).
-pub const MAX_TABLE_BYTES: usize = 16 << 20;
 
 pub fn request_headers(authority: &str) -> [(&str, &str); 5] {
     [
         (":method", "POST"),
-        (":path", PATH),
+        (":path", GET_TABLE_PATH),
         (":authority", authority),
         ("content-type", "application/grpc"),
         ("te", "trailers"),
@@ -37,7 +36,7 @@ pub fn request_body(known_version: u64) -> Vec<u8> {
 }
 
 #[derive(Debug)]
-pub enum RefreshError {
+pub enum GetTableError {
     HttpStatus(String),
     GrpcStatus(String, String),
     Frame(&'static str),
@@ -45,14 +44,14 @@ pub enum RefreshError {
     Table(TableError),
 }
 
-impl std::fmt::Display for RefreshError {
+impl std::fmt::Display for GetTableError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RefreshError::HttpStatus(s) => write!(f, "GetTable answered HTTP status {s}"),
-            RefreshError::GrpcStatus(s, m) => write!(f, "GetTable failed: grpc-status {s}: {m}"),
-            RefreshError::Frame(m) => write!(f, "GetTable response is not a gRPC message: {m}"),
-            RefreshError::Decode(e) => write!(f, "GetTable response does not decode: {e}"),
-            RefreshError::Table(e) => write!(f, "GetTable returned an unusable table: {e}"),
+            GetTableError::HttpStatus(s) => write!(f, "GetTable answered HTTP status {s}"),
+            GetTableError::GrpcStatus(s, m) => write!(f, "GetTable failed: grpc-status {s}: {m}"),
+            GetTableError::Frame(m) => write!(f, "GetTable response is not a gRPC message: {m}"),
+            GetTableError::Decode(e) => write!(f, "GetTable response does not decode: {e}"),
+            GetTableError::Table(e) => write!(f, "GetTable returned an unusable table: {e}"),
         }
     }
 }
@@ -72,47 +71,39 @@ pub fn parse_response(
     grpc_status: Option<&[u8]>,
     grpc_message: Option<&[u8]>,
     body: &[u8],
-) -> Result<Option<NewTable>, RefreshError> {
+) -> Result<Option<NewTable>, GetTableError> {
     let lossy = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or(b"")).into_owned();
     if http_status != Some(b"200") {
-        return Err(RefreshError::HttpStatus(lossy(http_status)));
+        return Err(GetTableError::HttpStatus(lossy(http_status)));
     }
     match grpc_status {
         Some(b"0") => {}
-        other => return Err(RefreshError::GrpcStatus(lossy(other), lossy(grpc_message))),
+        other => return Err(GetTableError::GrpcStatus(lossy(other), lossy(grpc_message))),
     }
-    let (flag, rest) = body.split_first().ok_or(RefreshError::Frame("empty body"))?;
+    let (flag, rest) = body.split_first().ok_or(GetTableError::Frame("empty body"))?;
     if *flag != 0 {
-        return Err(RefreshError::Frame("compressed messages are not negotiated"));
+        return Err(GetTableError::Frame("compressed messages are not negotiated"));
     }
-    let (len, msg) = rest.split_at_checked(4).ok_or(RefreshError::Frame("short header"))?;
-    let len = u32::from_be_bytes(len.try_into().map_err(|_| RefreshError::Frame("short header"))?)
+    let (len, msg) = rest.split_at_checked(4).ok_or(GetTableError::Frame("short header"))?;
+    let len = u32::from_be_bytes(len.try_into().map_err(|_| GetTableError::Frame("short header"))?)
         as usize;
     if len > MAX_TABLE_BYTES {
-        return Err(RefreshError::Frame("message larger than MAX_TABLE_BYTES"));
+        return Err(GetTableError::Frame("message larger than MAX_TABLE_BYTES"));
     }
     if msg.len() != len {
-        return Err(RefreshError::Frame("length prefix does not match body"));
+        return Err(GetTableError::Frame("length prefix does not match body"));
     }
-    let resp = pb::GetTableResponse::decode(msg).map_err(RefreshError::Decode)?;
+    let resp = pb::GetTableResponse::decode(msg).map_err(GetTableError::Decode)?;
     let Some(table) = resp.table else {
         return Ok(None);
     };
-    RouteTable::from_proto(&table).map_err(RefreshError::Table)?;
+    RouteTable::from_proto(&table).map_err(GetTableError::Table)?;
     Ok(Some(NewTable {
         version: table.version,
         encoded: table.encode_to_vec(),
     }))
 }
 
-pub fn encode_version(v: u64) -> [u8; 8] {
-    v.to_le_bytes()
-}
-
-pub fn decode_version(b: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(b.try_into().ok()?))
-}
-
 #[cfg(test)]
-#[path = "refresh_tests.rs"]
+#[path = "get_table_tests.rs"]
 mod tests;

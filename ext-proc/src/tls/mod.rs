@@ -9,11 +9,18 @@
 //! identity towards apiservers), `--requestheader-*-headers` (how client
 //! identity is forwarded).
 
+mod front;
+mod peer;
+mod requestheader;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+pub use front::FrontTls;
+pub use peer::PeerTls;
+pub use requestheader::RequestHeaderNames;
 
 /// kube-apiserver's peer proxy verifies peers as this name
 /// (`pkg/controlplane/apiserver/peer.go`).
@@ -27,7 +34,7 @@ pub enum TlsError {
     Flags(String),
 }
 
-fn file_err(flag: &'static str, path: &Path, detail: impl std::fmt::Display) -> TlsError {
+pub(crate) fn file_err(flag: &'static str, path: &Path, detail: impl std::fmt::Display) -> TlsError {
     TlsError::File { flag, path: path.to_path_buf(), detail: detail.to_string() }
 }
 
@@ -87,114 +94,6 @@ pub fn load_identity(
         file_err(key_flag, key, format!("does not belong to the certificate in {} ({e})", cert.display()))
     })?;
     Ok(Identity { certs, key: private })
-}
-
-/// How the front door talks TLS to apiservers (Envoy's cluster and
-/// mvp-ext-proc's discovery alike).
-#[derive(Clone)]
-pub struct PeerTls {
-    pub ca_file: PathBuf,
-    pub ca: Vec<CertificateDer<'static>>,
-    pub client: Option<(PathBuf, PathBuf, Identity)>,
-    /// SNI and the DNS name the apiserver's certificate must carry.
-    pub server_name: String,
-}
-
-impl PeerTls {
-    pub fn load(
-        ca_file: Option<&Path>,
-        client_cert: Option<&Path>,
-        client_key: Option<&Path>,
-        server_name: &str,
-    ) -> Result<Option<PeerTls>, TlsError> {
-        let client = match (client_cert, client_key) {
-            (Some(c), Some(k)) => Some((
-                c.to_path_buf(),
-                k.to_path_buf(),
-                load_identity("--proxy-client-cert-file", c, "--proxy-client-key-file", k)?,
-            )),
-            (None, None) => None,
-            _ => {
-                return Err(TlsError::Flags(
-                    "--proxy-client-cert-file and --proxy-client-key-file go together".into(),
-                ));
-            }
-        };
-        let Some(ca_file) = ca_file else {
-            if client.is_some() {
-                return Err(TlsError::Flags(
-                    "--proxy-client-cert-file needs --peer-ca-file: apiservers are always verified".into(),
-                ));
-            }
-            return Ok(None);
-        };
-        if rustls::pki_types::ServerName::try_from(server_name.to_string()).is_err() {
-            return Err(TlsError::Flags(format!("--peer-server-name {server_name:?} is not a valid DNS name")));
-        }
-        Ok(Some(PeerTls {
-            ca: load_certs("--peer-ca-file", ca_file)?,
-            ca_file: ca_file.to_path_buf(),
-            client,
-            server_name: server_name.to_string(),
-        }))
-    }
-
-    /// rustls client configuration for mvp-ext-proc's discovery requests:
-    /// the apiserver must present a certificate from `--peer-ca-file` for
-    /// `server_name`; the front door presents its proxy client certificate.
-    pub fn client_config(&self) -> Result<rustls::ClientConfig, TlsError> {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in &self.ca {
-            roots.add(c.clone()).map_err(|e| file_err("--peer-ca-file", &self.ca_file, e))?;
-        }
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Flags(e.to_string()))?
-            .with_root_certificates(roots);
-        let mut config = match &self.client {
-            Some((cert, _, id)) => builder
-                .with_client_auth_cert(id.certs.clone(), id.key.clone_key())
-                .map_err(|e| file_err("--proxy-client-cert-file", cert, e))?,
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(config)
-    }
-}
-
-/// The front door's own listener TLS and client-certificate identity.
-#[derive(Clone)]
-pub struct FrontTls {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-    pub client_ca_file: Option<PathBuf>,
-}
-
-impl FrontTls {
-    pub fn load(
-        cert: Option<&Path>,
-        key: Option<&Path>,
-        client_ca: Option<&Path>,
-    ) -> Result<Option<FrontTls>, TlsError> {
-        match (cert, key) {
-            (Some(c), Some(k)) => {
-                load_identity("--tls-cert-file", c, "--tls-private-key-file", k)?;
-                if let Some(ca) = client_ca {
-                    load_certs("--client-ca-file", ca)?;
-                }
-                Ok(Some(FrontTls {
-                    cert_file: c.to_path_buf(),
-                    key_file: k.to_path_buf(),
-                    client_ca_file: client_ca.map(Path::to_path_buf),
-                }))
-            }
-            (None, None) if client_ca.is_some() => {
-                Err(TlsError::Flags("--client-ca-file needs --tls-cert-file and --tls-private-key-file".into()))
-            }
-            (None, None) => Ok(None),
-            _ => Err(TlsError::Flags("--tls-cert-file and --tls-private-key-file go together".into())),
-        }
-    }
 }
 
 #[cfg(test)]

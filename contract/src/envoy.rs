@@ -1,0 +1,24 @@
+//! Names of Envoy objects that the rendered bootstrap defines and the filter
+//! refers to.
+
+/// The cluster of apiservers, with the override-host load balancer that
+/// reads [`crate::headers::ROUTE`].
+pub const APISERVERS_CLUSTER: &str = "apiservers";
+
+/// The cluster that reaches mvp-ext-proc's gRPC listener (HTTP/2): the
+/// refresher's `GetTable` calls and ext_proc for `/apis`.
+pub const EXT_PROC_CLUSTER: &str = "mvp_ext_proc";
+
+/// The `:authority` of the refresher's `GetTable` calls.
+pub const EXT_PROC_AUTHORITY: &str = "mvp-ext-proc";
+
+/// One VM id for the router and the refresher: proxy-wasm shared data is
+/// scoped per VM id, and the table travels through it.
+pub const VM_ID: &str = "mvp";
+
+/// Root ids (and plugin names) of the two roles.
+pub const ROUTER_ROOT_ID: &str = "mvp_router";
+pub const REFRESHER_ROOT_ID: &str = "mvp_table_refresher";
+
+/// gRPC method the refresher calls (`mvp.routing.v1.RoutingTableService`).
+pub const GET_TABLE_PATH: &str = "/mvp.routing.v1.RoutingTableService/GetTable";

@@ -1,0 +1,21 @@
+//! Header names on the request path.
+
+/// Set by the filter to the `IP:port` list of the apiservers that serve the
+/// request; read by the apiservers cluster's override-host policy. Envoy's
+/// early header mutation strips it from every client request, so only the
+/// filter can set it.
+pub const ROUTE: &str = "x-mvp-route";
+
+/// kube-apiserver's loop guard: a request carrying it is never proxied to a
+/// peer again. Envoy's route table adds it to requests the filter pinned;
+/// clients cannot send it (stripped like [`ROUTE`]).
+pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
+
+/// Headers removed from every client request before any filter runs.
+pub const STRIPPED: &[&str] = &[ROUTE, PEER_PROXIED];
+
+/// Header name prefixes removed from every client request before any filter
+/// runs: `x-remote-` are kube's default requestheader identity headers (the
+/// configured names are stripped too); `x-envoy-` would let a client steer
+/// Envoy's retries and timeouts.
+pub const STRIPPED_PREFIXES: &[&str] = &["x-remote-", "x-envoy-"];

@@ -1,0 +1,188 @@
+//! The wasm plugin's configuration: rendered into Envoy's bootstrap by
+//! `mvp-ext-proc envoy-config` (serialised from these types) and parsed by
+//! each root context of the filter. One `.wasm` serves two roles:
+//! `router` (the HTTP filter on every worker) and `refresher` (the singleton
+//! bootstrap service on the main thread that keeps the table fresh).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{envoy, headers, limits};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase", deny_unknown_fields)]
+pub enum PluginConfig {
+    Router(RouterConfig),
+    Refresher(RefresherConfig),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Header the apiservers cluster's override-host policy reads.
+    #[serde(default = "default_route_header")]
+    pub route_header: String,
+    /// Forward a verified client certificate's identity as requestheaders
+    /// (set when the front door has a `--client-ca-file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentityConfig>,
+}
+
+/// Where a verified client certificate's identity goes: kube's
+/// `--requestheader-username-headers` / `--requestheader-group-headers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    pub username_header: String,
+    pub group_header: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefresherConfig {
+    /// Envoy cluster that reaches mvp-ext-proc's gRPC listener (HTTP/2).
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    #[serde(default = "default_authority")]
+    pub authority: String,
+    #[serde(default = "default_poll_ms")]
+    pub poll_interval_ms: u32,
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u32,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig { route_header: default_route_header(), identity: None }
+    }
+}
+
+impl Default for RefresherConfig {
+    fn default() -> Self {
+        RefresherConfig {
+            cluster: default_cluster(),
+            authority: default_authority(),
+            poll_interval_ms: default_poll_ms(),
+            timeout_ms: default_timeout_ms(),
+        }
+    }
+}
+
+fn default_route_header() -> String {
+    headers::ROUTE.into()
+}
+fn default_cluster() -> String {
+    envoy::EXT_PROC_CLUSTER.into()
+}
+fn default_authority() -> String {
+    envoy::EXT_PROC_AUTHORITY.into()
+}
+fn default_poll_ms() -> u32 {
+    limits::DEFAULT_TABLE_POLL_MS
+}
+fn default_timeout_ms() -> u32 {
+    limits::GET_TABLE_TIMEOUT_MS
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Not JSON, or not one of the roles with exactly its fields.
+    Invalid(String),
+    /// A field that must not be empty or zero is.
+    Empty(&'static str),
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::Invalid(e) => write!(f, "mvp plugin configuration is invalid: {e}"),
+            ConfigError::Empty(field) => write!(f, "mvp plugin configuration: {field} must not be empty or zero"),
+        }
+    }
+}
+
+impl PluginConfig {
+    pub fn parse(bytes: &[u8]) -> Result<PluginConfig, ConfigError> {
+        let c: PluginConfig = serde_json::from_slice(bytes).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            PluginConfig::Router(r) if r.route_header.is_empty() => Err(ConfigError::Empty("route_header")),
+            PluginConfig::Router(RouterConfig { identity: Some(i), .. })
+                if i.username_header.is_empty() || i.group_header.is_empty() =>
+            {
+                Err(ConfigError::Empty("identity header names"))
+            }
+            PluginConfig::Refresher(r) if r.cluster.is_empty() => Err(ConfigError::Empty("cluster")),
+            PluginConfig::Refresher(r) if r.poll_interval_ms == 0 || r.timeout_ms == 0 => {
+                Err(ConfigError::Empty("poll_interval_ms and timeout_ms"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The JSON the filter parses (what the renderer writes).
+    pub fn to_json(&self) -> String {
+        // Plain structs of strings and integers always serialise.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_roles_and_rejects_bad_config() {
+        assert_eq!(
+            PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None })
+        );
+        let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
+        assert_eq!(
+            r,
+            PluginConfig::Refresher(RefresherConfig {
+                cluster: "mvp_ext_proc".into(),
+                authority: "mvp-ext-proc".into(),
+                poll_interval_ms: 200,
+                timeout_ms: 2000
+            })
+        );
+        for bad in [
+            &b""[..],
+            b"{}",
+            b"not json",
+            br#"{"role":"router","route_header":""}"#,
+            br#"{"role":"router","route_header":"x","extra":1}"#,
+            br#"{"role":"refresher","cluster":"c","poll_interval_ms":0}"#,
+            br#"{"role":"refresher","cluster":""}"#,
+            br#"{"role":"other"}"#,
+            br#"{"role":"noop"}"#,
+            br#"{"role":"noop","x":1}"#,
+            br#"{"role":"router","route_header":"x","identity":{"username_header":"","group_header":"g"}}"#,
+        ] {
+            assert!(PluginConfig::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn what_the_renderer_writes_the_filter_reads() {
+        for c in [
+            PluginConfig::Router(RouterConfig::default()),
+            PluginConfig::Router(RouterConfig {
+                identity: Some(IdentityConfig { username_header: "x-remote-user".into(), group_header: "x-remote-group".into() }),
+                ..RouterConfig::default()
+            }),
+            PluginConfig::Refresher(RefresherConfig { poll_interval_ms: 100, ..RefresherConfig::default() }),
+        ] {
+            assert_eq!(PluginConfig::parse(c.to_json().as_bytes()).unwrap(), c);
+        }
+        assert_eq!(
+            PluginConfig::Router(RouterConfig::default()).to_json(),
+            r#"{"role":"router","route_header":"x-mvp-route"}"#
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! mvp-ext-proc's HTTP admin surface on `--metrics-listen`: `/metrics`
+//! (Prometheus), `/healthz`, `/readyz` (after the first discovery round) and
+//! `/table` (the current table and each apiserver's state, for operators and
+//! tests).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::metrics::Metrics;
+use crate::sync::Published;
+
+#[derive(Clone)]
+struct AdminState {
+    metrics: Arc<Metrics>,
+    published: Published,
+}
+
+pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/table", get(table_handler))
+        .with_state(AdminState { metrics, published })
+}
+
+async fn metrics_handler(State(s): State<AdminState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Ready once the first discovery round has produced a table.
+async fn readyz(State(s): State<AdminState>) -> Response {
+    if s.published.table.borrow().version == 0 {
+        (StatusCode::SERVICE_UNAVAILABLE, "first discovery round still running").into_response()
+    } else {
+        "ok".into_response()
+    }
+}
+
+/// The current table and each apiserver's health, for operators and tests.
+async fn table_handler(State(s): State<AdminState>) -> Response {
+    let table = s.published.table.borrow().clone();
+    let states = s.published.states.borrow().clone();
+    let merged = s.published.merged.borrow().clone();
+    let apiservers: Vec<serde_json::Value> = states
+        .iter()
+        .map(|st| {
+            serde_json::json!({
+                "name": st.spec.name,
+                "url": st.spec.url.as_str(),
+                "address": st.address.map(|a| a.to_string()),
+                "healthy": st.healthy,
+                "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
+                "lastError": st.last_error,
+            })
+        })
+        .collect();
+    axum::Json(serde_json::json!({
+        "version": table.version.to_string(),
+        "resources": crate::routing_table::resource_count(&table),
+        "bytes": prost::Message::encoded_len(&*table),
+        "apiservers": apiservers,
+        "discovery": merged.map(|m| serde_json::json!({
+            "etag": m.etag,
+            "groups": m.items.len(),
+            "bytes": m.json.identity.len(),
+            "sources": m.sources,
+        })),
+    }))
+    .into_response()
+}

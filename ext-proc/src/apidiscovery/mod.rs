@@ -1,0 +1,130 @@
+//! `apidiscovery.k8s.io/v2`: the types, complete, serialised exactly as Go's
+//! `encoding/json` serialises `k8s.io/api/apidiscovery/v2` (field order,
+//! `omitempty`, `null` for a nil `verbs`; HTML-safe escaping in
+//! [`go_json`]) so the ETag ([`etag`]) of a document we build is the one
+//! kube-apiserver would compute for it; their protobuf form ([`protobuf`]);
+//! and the media types.
+
+pub mod etag;
+pub mod go_json;
+pub mod protobuf;
+
+pub use go_json::go_json;
+
+use serde::{Deserialize, Serialize};
+
+fn is_empty<T>(v: &[T]) -> bool {
+    v.is_empty()
+}
+
+/// `metav1.ObjectMeta` as discovery uses it: only `name` is ever set. From
+/// Kubernetes 1.34 `creationTimestamp` is `omitzero`; older servers send
+/// `"creationTimestamp": null`, which decodes to nothing here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+/// `metav1.GroupVersionKind` (no `omitempty` on any field).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct APISubresourceDiscovery {
+    pub subresource: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_kind: Option<GroupVersionKind>,
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub accepted_types: Vec<GroupVersionKind>,
+    /// Go `[]string` without omitempty: `None` is `null`.
+    #[serde(default)]
+    pub verbs: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct APIResourceDiscovery {
+    pub resource: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    pub scope: String,
+    #[serde(default)]
+    pub singular_resource: String,
+    #[serde(default)]
+    pub verbs: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub short_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub categories: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub subresources: Vec<APISubresourceDiscovery>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct APIVersionDiscovery {
+    pub version: String,
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub resources: Vec<APIResourceDiscovery>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub freshness: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct APIGroupDiscovery {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub versions: Vec<APIVersionDiscovery>,
+}
+
+impl APIGroupDiscovery {
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+}
+
+/// `metav1.ListMeta`: always `{}` in discovery.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListMeta {}
+
+pub const KIND: &str = "APIGroupDiscoveryList";
+pub const API_VERSION: &str = "apidiscovery.k8s.io/v2";
+
+/// The aggregated document's media types, as kube-apiserver sends them.
+pub const JSON_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const PROTOBUF_CONTENT_TYPE: &str =
+    "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct APIGroupDiscoveryList {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default)]
+    pub items: Vec<APIGroupDiscovery>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_creation_timestamps_decode_away() {
+        let g: APIGroupDiscovery = serde_json::from_str(r#"{"metadata":{"name":"apps","creationTimestamp":null},"versions":[]}"#).unwrap();
+        assert_eq!(String::from_utf8(go_json(&g)).unwrap(), r#"{"metadata":{"name":"apps"}}"#);
+    }
+}

@@ -1,0 +1,274 @@
+//! `mvp-ext-proc`'s command line: flags named after kube-apiserver's where
+//! the concept is the same, checked and turned into the options of
+//! [`crate::serve`] and [`crate::envoy_config`].
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::apidiscovery::{go_json, protobuf};
+use crate::apiservers::ApiserverSpec;
+use crate::discover::DiscoveryOptions;
+use crate::envoy_config::{self, EnvoyConfigOptions};
+use crate::serve::ServeOptions;
+use crate::tls::{DEFAULT_PEER_SERVER_NAME, FrontTls, PeerTls, RequestHeaderNames};
+
+#[derive(Parser)]
+#[command(name = "mvp-ext-proc", version, about = "Mixed-version front door for kube-apiservers: discovery, routing table and Envoy config")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Poll every apiserver's discovery and serve the routing table to Envoy.
+    Serve(ServeArgs),
+    /// Print a complete Envoy bootstrap for these apiservers.
+    EnvoyConfig(EnvoyConfigArgs),
+    /// Decode a protobuf APIGroupDiscoveryList (Kubernetes envelope) from
+    /// standard input and print it as JSON.
+    DecodeDiscovery,
+}
+
+/// How the front door reaches apiservers over TLS (kube-apiserver's names).
+#[derive(Parser, Clone)]
+struct PeerTlsArgs {
+    /// CA bundle that apiservers' serving certificates must chain to. Required
+    /// for https:// apiservers; they are never contacted unverified.
+    #[arg(long, value_name = "FILE")]
+    peer_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate the front door presents to apiservers; they trust it
+    /// through --requestheader-client-ca-file / --requestheader-allowed-names.
+    #[arg(long, value_name = "FILE")]
+    proxy_client_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    proxy_client_key_file: Option<std::path::PathBuf>,
+    /// Name sent as SNI and required in apiservers' certificates.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_PEER_SERVER_NAME)]
+    peer_server_name: String,
+}
+
+impl PeerTlsArgs {
+    fn load(&self) -> anyhow::Result<Option<PeerTls>> {
+        Ok(PeerTls::load(
+            self.peer_ca_file.as_deref(),
+            self.proxy_client_cert_file.as_deref(),
+            self.proxy_client_key_file.as_deref(),
+            &self.peer_server_name,
+        )?)
+    }
+}
+
+/// Header names for forwarded identity, as the apiservers' own
+/// --requestheader-* flags name them.
+#[derive(Parser, Clone)]
+struct RequestHeaderArgs {
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    requestheader_username_headers: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    requestheader_group_headers: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    requestheader_extra_headers_prefix: Vec<String>,
+}
+
+impl RequestHeaderArgs {
+    fn names(&self) -> anyhow::Result<RequestHeaderNames> {
+        Ok(RequestHeaderNames::from_flags(
+            &self.requestheader_username_headers,
+            &self.requestheader_group_headers,
+            &self.requestheader_extra_headers_prefix,
+        )?)
+    }
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// An apiserver behind the front door, NAME=URL (repeat for each).
+    #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
+    apiservers: Vec<ApiserverSpec>,
+    /// Address for the gRPC services Envoy calls (routing table, ext_proc for /apis).
+    #[arg(long, value_name = "ADDR:PORT")]
+    grpc_listen: SocketAddr,
+    /// Address for /metrics, /healthz, /readyz and /table.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// How often every apiserver's discovery is read. Each round is two
+    /// conditional GETs per apiserver (304 when unchanged); servers without
+    /// aggregated discovery cost one GET per group-version, so raise it for
+    /// many of those.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    refresh_interval: Duration,
+    /// How long a failing apiserver's last good discovery keeps routing.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    unhealthy_retention: Duration,
+    /// Timeout of each discovery request.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    discovery_timeout: Duration,
+    /// Largest discovery document accepted, in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_discovery_bytes: usize,
+    /// File holding a bearer token sent with discovery requests (e.g. a
+    /// ServiceAccount token; discovery is readable by every authenticated
+    /// user through kube's system:discovery role).
+    #[arg(long, value_name = "FILE")]
+    discovery_token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    peer_tls: PeerTlsArgs,
+    #[command(flatten)]
+    requestheader: RequestHeaderArgs,
+}
+
+#[derive(Parser)]
+struct EnvoyConfigArgs {
+    /// An apiserver behind the front door, NAME=URL (repeat for each).
+    #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
+    apiservers: Vec<ApiserverSpec>,
+    /// Address clients connect to.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it.
+    #[arg(long, value_name = "PATH")]
+    wasm: String,
+    /// mvp-ext-proc's --grpc-listen address as Envoy reaches it (IP:PORT or HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT")]
+    ext_proc: String,
+    /// Envoy admin address.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
+    admin: SocketAddr,
+    /// How often Envoy's refresher asks mvp-ext-proc for a newer table.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
+    table_poll_interval: Duration,
+    /// Serving certificate of the front door; with --tls-private-key-file,
+    /// clients connect over TLS (HTTP/2 and HTTP/1.1).
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA that client certificates must chain to; a verified certificate's CN
+    /// and O are forwarded as the requestheader user and groups.
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    peer_tls: PeerTlsArgs,
+    #[command(flatten)]
+    requestheader: RequestHeaderArgs,
+    /// Longest Envoy waits for mvp-ext-proc in each /apis phase before it
+    /// serves the apiserver's own (unmerged) document instead.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
+    ext_proc_message_timeout: Duration,
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: escape codes in a log file are noise.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::EnvoyConfig(args) => envoy_config(args),
+        Command::DecodeDiscovery => decode_discovery(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mvp-ext-proc: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let requestheader = a.requestheader.names()?;
+    crate::serve::serve(ServeOptions {
+        peer_tls: a.peer_tls.load()?,
+        apiservers: a.apiservers,
+        grpc_listen: a.grpc_listen,
+        metrics_listen: a.metrics_listen,
+        refresh_interval: a.refresh_interval,
+        unhealthy_retention: a.unhealthy_retention,
+        discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
+        discovery_token_file: a.discovery_token_file,
+        username_header: requestheader.username_header().to_string(),
+    })
+}
+
+fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
+    let command = rendering_command(std::env::args().skip(1));
+    let front_tls = FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
+    let opts = EnvoyConfigOptions {
+        front_tls,
+        peer_tls: a.peer_tls.load()?,
+        requestheader: a.requestheader.names()?,
+        apiservers: a.apiservers,
+        listen: a.listen,
+        admin: a.admin,
+        wasm: a.wasm,
+        ext_proc: a.ext_proc,
+        table_poll_interval: a.table_poll_interval,
+        ext_proc_message_timeout: a.ext_proc_message_timeout,
+    };
+    let yaml = envoy_config::render_yaml(&opts, &command)?;
+    match a.output {
+        Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(())
+}
+
+fn decode_discovery() -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut body = Vec::new();
+    std::io::stdin().read_to_end(&mut body).context("reading standard input")?;
+    let list = protobuf::decode(&body).map_err(anyhow::Error::msg)?;
+    let mut out = go_json(&list);
+    out.push(b'\n');
+    std::io::stdout().write_all(&out).context("writing standard output")?;
+    Ok(())
+}
+
+/// The command line recorded in the rendered file: argv[0] varies by install
+/// path and the output file is not part of what was rendered.
+fn rendering_command(args: impl Iterator<Item = String>) -> String {
+    let mut out = vec!["mvp-ext-proc".to_string()];
+    let mut skip_value = false;
+    for a in args {
+        if skip_value {
+            skip_value = false;
+        } else if a == "--output" || a == "-o" {
+            skip_value = true;
+        } else if !a.starts_with("--output=") {
+            out.push(a);
+        }
+    }
+    out.join(" ")
+}
+

@@ -1,0 +1,205 @@
+//! Servers without aggregated discovery (before Kubernetes 1.26): `/api`,
+//! `/apis` and every group-version's own `APIResourceList`, converted to the
+//! aggregated form kube would serve.
+
+use serde::Deserialize;
+
+use super::aggregated::{DocumentError, Root, RootView, capabilities_of, check_segment, parse};
+use super::{Discoverer, DiscoveryError, Fetched};
+use crate::apidiscovery::{APIGroupDiscovery, ObjectMeta};
+use crate::apidiscovery::{APIResourceDiscovery, APISubresourceDiscovery, APIVersionDiscovery, GroupVersionKind};
+
+/// Unaggregated `APIVersions` (`/api`).
+#[derive(Debug, Deserialize)]
+pub struct ApiVersions {
+    #[serde(default)]
+    pub versions: Vec<String>,
+}
+
+/// Unaggregated `APIGroupList` (`/apis`).
+#[derive(Debug, Deserialize)]
+pub struct ApiGroupList {
+    #[serde(default)]
+    pub groups: Vec<ApiGroup>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ApiGroup {
+    pub name: String,
+    #[serde(default)]
+    pub versions: Vec<GroupVersionForDiscovery>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GroupVersionForDiscovery {
+    pub version: String,
+}
+
+/// Unaggregated `APIResourceList` (`/api/{v}`, `/apis/{g}/{v}`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiResourceList {
+    #[serde(default)]
+    pub group_version: String,
+    #[serde(default)]
+    pub resources: Vec<ApiResource>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiResource {
+    pub name: String,
+    #[serde(default)]
+    pub singular_name: String,
+    #[serde(default)]
+    pub namespaced: bool,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    #[serde(default)]
+    pub short_names: Vec<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
+}
+
+/// An unaggregated `APIResourceList` for `group`/`version`, validated.
+pub fn resource_list(group: &str, version: &str, body: &[u8]) -> Result<ApiResourceList, DocumentError> {
+    let list: ApiResourceList = parse("APIResourceList", body)?;
+    let want = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    if !list.group_version.is_empty() && list.group_version != want {
+        return Err(DocumentError::Invalid(format!(
+            "APIResourceList for {want} says groupVersion {:?}",
+            list.group_version
+        )));
+    }
+    for r in &list.resources {
+        let resource = r.name.split('/').next().unwrap_or_default();
+        check_segment("resource", resource)?;
+    }
+    Ok(list)
+}
+
+/// Converts an unaggregated `APIResourceList` into the aggregated form,
+/// as kube-apiserver's `ConvertGroupVersionIntoToDiscovery` does: entries
+/// `parent/sub` become subresources of `parent`, in source order.
+pub fn version_from_resource_list(version: &str, list: &ApiResourceList) -> APIVersionDiscovery {
+    let mut resources: Vec<APIResourceDiscovery> = Vec::new();
+    for r in list.resources.iter().filter(|r| !r.name.contains('/')) {
+        resources.push(APIResourceDiscovery {
+            resource: r.name.clone(),
+            response_kind: Some(GroupVersionKind {
+                group: r.group.clone().unwrap_or_default(),
+                version: r.version.clone().unwrap_or_default(),
+                kind: r.kind.clone(),
+            }),
+            scope: if r.namespaced { "Namespaced" } else { "Cluster" }.into(),
+            singular_resource: r.singular_name.clone(),
+            verbs: Some(r.verbs.clone()),
+            short_names: r.short_names.clone(),
+            categories: r.categories.clone(),
+            subresources: vec![],
+        });
+    }
+    for r in &list.resources {
+        let Some((parent, sub)) = r.name.split_once('/') else { continue };
+        let Some(p) = resources.iter_mut().find(|p| p.resource == parent) else { continue };
+        p.subresources.push(APISubresourceDiscovery {
+            subresource: sub.to_string(),
+            response_kind: Some(GroupVersionKind {
+                group: r.group.clone().unwrap_or_default(),
+                version: r.version.clone().unwrap_or_default(),
+                kind: r.kind.clone(),
+            }),
+            accepted_types: vec![],
+            verbs: Some(r.verbs.clone()),
+        });
+    }
+    APIVersionDiscovery { version: version.to_string(), resources, freshness: "Current".into() }
+}
+
+impl Discoverer {
+    /// Servers without aggregated discovery: every listed group-version's
+    /// own document, converted to the aggregated form kube would serve.
+    pub(super) async fn unaggregated(&self, client: &reqwest::Client, path: &str, root: Root, body: &[u8]) -> Result<RootView, DiscoveryError> {
+        let doc_err = |path: &str| {
+            let path = path.to_string();
+            move |source| DiscoveryError::Document { path, source }
+        };
+        let mut groups: Vec<APIGroupDiscovery> = Vec::new();
+        let group_versions: Vec<(String, String)> = match root {
+            Root::Core => parse::<ApiVersions>("APIVersions", body)
+                .map_err(doc_err(path))?
+                .versions
+                .into_iter()
+                .map(|v| (String::new(), v))
+                .collect(),
+            Root::Groups => parse::<ApiGroupList>("APIGroupList", body)
+                .map_err(doc_err(path))?
+                .groups
+                .into_iter()
+                .flat_map(|g| {
+                    let name = g.name;
+                    g.versions.into_iter().map(move |v| (name.clone(), v.version))
+                })
+                .collect(),
+        };
+        for (group, version) in group_versions {
+            let gv_path = if group.is_empty() {
+                format!("/api/{version}")
+            } else {
+                format!("/apis/{group}/{version}")
+            };
+            match self.get(client, &gv_path, "application/json", None).await? {
+                Fetched::Ok { body, .. } => {
+                    let list = resource_list(&group, &version, &body).map_err(doc_err(&gv_path))?;
+                    let v = version_from_resource_list(&version, &list);
+                    match groups.iter_mut().find(|g| g.name() == group) {
+                        Some(g) => g.versions.push(v),
+                        None => groups.push(APIGroupDiscovery {
+                            metadata: ObjectMeta { name: group.clone() },
+                            versions: vec![v],
+                        }),
+                    }
+                }
+                // Listed (cluster-wide APIService) but not served here.
+                Fetched::NotFound => {}
+                Fetched::NotModified => {}
+            }
+        }
+        let capabilities = capabilities_of(root, &groups).map_err(doc_err(path))?;
+        Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apidiscovery::APIGroupDiscoveryList;
+
+    fn fixture(release: &str, file: &str) -> Vec<u8> {
+        let p = format!("{}/../integration/fixtures/discovery/{release}/{file}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+    }
+
+    #[test]
+    fn aggregated_and_unaggregated_agree_for_core() {
+        // api.json was converted from api__v1.json the way kube does it; our
+        // conversion back to aggregated form must give the same document.
+        let agg: APIGroupDiscoveryList = parse("list", &fixture("v1.37", "api.json")).unwrap();
+        let list = resource_list("", "v1", &fixture("v1.37", "api__v1.json")).unwrap();
+        let converted = version_from_resource_list("v1", &list);
+        assert_eq!(agg.items[0].versions[0], converted);
+        let caps = capabilities_of(Root::Core, &agg.items).unwrap();
+        assert!(caps.groups[""]["v1"]["pods"].contains("eviction"));
+    }
+
+    #[test]
+    fn mismatched_group_version_is_rejected() {
+        assert!(resource_list("apps", "v1", br#"{"groupVersion":"batch/v1","resources":[]}"#).is_err());
+    }
+}

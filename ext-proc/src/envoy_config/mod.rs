@@ -1,0 +1,186 @@
+//! Renders the complete Envoy bootstrap for a set of apiservers, so the front
+//! door is two processes: `mvp-ext-proc serve …` and `envoy -c <file>`.
+//!
+//! One file per part, in the order a request meets them: [`listener`] (TLS
+//! from clients), [`hcm`] (header stripping, local replies), [`filters`]
+//! (the wasm router, ext_proc for `/apis`; the wasm refresher beside them),
+//! [`routes`] (retries and the peer-proxied header for pinned requests),
+//! [`clusters`] (the apiservers, mvp-ext-proc).
+//!
+//! The safety of routing rests on three pieces:
+//! - HCM early header mutation strips the route header, the peer-proxied
+//!   loop guard and every requestheader identity header from client
+//!   requests before any filter runs ([`hcm`]).
+//! - The apiservers cluster's override-host policy only ever selects one of
+//!   its own members ([`clusters`]).
+//! - Retries on connect failure walk the override-host list, which is how a
+//!   request fails over to another apiserver that serves the same API, and
+//!   never past it ([`routes`]).
+
+mod clusters;
+mod filters;
+mod hcm;
+mod listener;
+mod routes;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::apiservers::ApiserverSpec;
+use crate::tls::{FrontTls, PeerTls, RequestHeaderNames};
+
+#[derive(Clone)]
+pub struct EnvoyConfigOptions {
+    pub apiservers: Vec<ApiserverSpec>,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub wasm: String,
+    /// mvp-ext-proc's gRPC address, `IP:port` or `host:port`.
+    pub ext_proc: String,
+    pub table_poll_interval: Duration,
+    /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
+    /// the apiserver's own document.
+    pub ext_proc_message_timeout: Duration,
+    pub front_tls: Option<FrontTls>,
+    pub peer_tls: Option<PeerTls>,
+    pub requestheader: RequestHeaderNames,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--ext-proc {0:?}: expected HOST:PORT")]
+    ExtProc(String),
+    #[error(
+        "--client-ca-file forwards client identities as requestheaders, which apiservers trust only from the front door's --proxy-client-cert-file"
+    )]
+    IdentityNeedsProxyCert,
+    #[error("{0}")]
+    Apiservers(String),
+}
+
+/// `socket_address` for an IP literal or a hostname (resolved by Envoy when
+/// the cluster is STRICT_DNS).
+fn socket_address(host: &str, port: u16) -> Value {
+    json!({"socket_address": {"address": host.trim_start_matches('[').trim_end_matches(']'), "port_value": port}})
+}
+
+fn split_host_port(s: &str) -> Option<(String, u16)> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Some((a.ip().to_string(), a.port()));
+    }
+    let (host, port) = s.rsplit_once(':')?;
+    if host.is_empty() || host.contains(':') {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+fn path(p: &std::path::Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn is_ip(host: &str) -> bool {
+    host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok()
+}
+
+pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
+    crate::apiservers::validate_set(&o.apiservers).map_err(ConfigError::Apiservers)?;
+    crate::apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(ConfigError::Apiservers)?;
+    let forwards_identity = o.front_tls.as_ref().is_some_and(|f| f.client_ca_file.is_some());
+    if forwards_identity && o.peer_tls.as_ref().is_none_or(|p| p.client.is_none()) {
+        return Err(ConfigError::IdentityNeedsProxyCert);
+    }
+    let (ext_host, ext_port) = split_host_port(&o.ext_proc).ok_or_else(|| ConfigError::ExtProc(o.ext_proc.clone()))?;
+    Ok(json!({
+        "node": {"id": "mvp-envoy", "cluster": "mvp-envoy"},
+        "admin": {"address": socket_address(&o.admin.ip().to_string(), o.admin.port())},
+        "bootstrap_extensions": [filters::refresher_extension(o)],
+        "static_resources": {
+            "listeners": [listener::listener(o, forwards_identity)],
+            "clusters": [clusters::apiservers(o), clusters::ext_proc(&ext_host, ext_port)],
+        },
+        // A bound on client connections (each watch holds one): Envoy warns
+        // at start without one.
+        "overload_manager": {"resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": 50000,
+            },
+        }]},
+    }))
+}
+
+/// Optional parts are rendered as null; Envoy wants them absent.
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// YAML for humans; the header says how it was made so nobody edits it by hand.
+pub fn render_yaml(o: &EnvoyConfigOptions, command: &str) -> Result<String, ConfigError> {
+    let mut v = render(o)?;
+    drop_nulls(&mut v);
+    let body = serde_yaml_ng::to_string(&v).unwrap_or_else(|e| format!("# serialization failed: {e}\n"));
+    Ok(format!(
+        "# Envoy bootstrap for the mvp-envoy front door. Generated by:\n#   {command}\n# Do not edit: change the flags and render it again.\n{body}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
+        EnvoyConfigOptions {
+            apiservers: apiservers.iter().map(|s| s.parse().unwrap()).collect(),
+            listen: "127.0.0.1:8443".parse().unwrap(),
+            admin: "127.0.0.1:9901".parse().unwrap(),
+            wasm: "/w.wasm".into(),
+            ext_proc: "127.0.0.1:18000".into(),
+            table_poll_interval: Duration::from_millis(200),
+            ext_proc_message_timeout: Duration::from_millis(250),
+            front_tls: None,
+            peer_tls: None,
+            requestheader: RequestHeaderNames::default(),
+        }
+    }
+
+    #[test]
+    fn renders_static_and_dns_clusters() {
+        let v = render(&opts(&["a=http://127.0.0.1:1", "b=http://127.0.0.1:2"])).unwrap();
+        let c = &v["static_resources"]["clusters"][0];
+        assert_eq!(c["type"], "STATIC");
+        assert_eq!(c["load_assignment"]["endpoints"][0]["lb_endpoints"].as_array().unwrap().len(), 2);
+        let v = render(&opts(&["a=http://apiserver-a:6443", "b=http://127.0.0.1:2"])).unwrap();
+        assert_eq!(v["static_resources"]["clusters"][0]["type"], "STRICT_DNS");
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_render() {
+        assert!(render(&opts(&[])).is_err());
+        assert!(render(&opts(&["a=https://127.0.0.1:1"])).is_err());
+        assert!(render(&opts(&["a=https://127.0.0.1:1", "b=http://127.0.0.1:2"])).is_err());
+        let mut o = opts(&["a=http://127.0.0.1:1"]);
+        o.ext_proc = "nonsense".into();
+        assert!(render(&o).is_err());
+    }
+
+    #[test]
+    fn strips_routing_and_identity_headers_first() {
+        let v = render(&opts(&["a=http://127.0.0.1:1"])).unwrap();
+        let hcm = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+        let muts = hcm["early_header_mutation_extensions"][0]["typed_config"]["mutations"].to_string();
+        for h in [mvp_contract::headers::ROUTE, "x-kubernetes-peer-proxied", "x-remote-"] {
+            assert!(muts.contains(h), "{h} not stripped: {muts}");
+        }
+    }
+}

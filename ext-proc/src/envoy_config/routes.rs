@@ -1,0 +1,90 @@
+//! The route table: `/apis` through ext_proc, one route per number of
+//! apiservers the filter pinned a request to, and the default route.
+
+use mvp_contract::envoy::APISERVERS_CLUSTER;
+use mvp_contract::headers::{PEER_PROXIED, ROUTE};
+use serde_json::{Value, json};
+
+/// To the apiservers cluster, retrying at most `retries` times, only on
+/// failures where the request never reached an apiserver (safe for every
+/// verb), each time on a host not tried before.
+fn to_apiservers(retries: usize) -> Value {
+    json!({
+        "cluster": APISERVERS_CLUSTER,
+        "timeout": "0s",
+        "retry_policy": {
+            "retry_on": "connect-failure,refused-stream,reset-before-request",
+            "num_retries": retries,
+            "retry_host_predicate": [{
+                "name": "envoy.retry_host_predicates.previous_hosts",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
+            }],
+            "host_selection_retry_max_attempts": 5,
+        },
+    })
+}
+
+/// Per-route config that keeps a route out of ext_proc entirely.
+fn without_ext_proc() -> Value {
+    json!({
+        "envoy.filters.http.ext_proc": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+            "disabled": true,
+        },
+    })
+}
+
+/// The override-host list's regex for exactly `k` apiservers.
+fn hosts_regex(k: usize) -> String {
+    if k == 1 { "^[^,]+$".to_string() } else { format!("^[^,]+(,[^,]+){{{}}}$", k - 1) }
+}
+
+pub fn routes(apiservers: usize) -> Vec<Value> {
+    let all = apiservers.saturating_sub(1).max(1);
+    // `/apis` (kubectl also sends `/apis?timeout=32s`; the query is not part
+    // of the match) goes through ext_proc; every other route has no ext_proc
+    // stream at all.
+    let discovery = |path: &str| json!({"match": {"path": path}, "route": to_apiservers(all)});
+    let mut routes = vec![discovery("/apis"), discovery("/apis/")];
+    // Requests the filter pinned (it sets only the route header; setting it
+    // clears the route cache, so Envoy matches again): one route per number
+    // of listed apiservers k, retrying at most k-1 times so a failover never
+    // leaves the capable set, and marking the request peer-proxied so an
+    // apiserver with its own peer proxy does not proxy it again.
+    routes.extend((1..apiservers).map(|k| {
+        json!({
+            "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}}]},
+            "route": to_apiservers(k - 1),
+            "request_headers_to_add": [{
+                "header": {"key": PEER_PROXIED, "value": "true"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            }],
+            "typed_per_filter_config": without_ext_proc(),
+        })
+    }));
+    routes.push(json!({"match": {"prefix": "/"}, "route": to_apiservers(all), "typed_per_filter_config": without_ext_proc()}));
+    routes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_requests_retry_only_within_their_list() {
+        let r = routes(3);
+        assert_eq!(r.len(), 5);
+        assert_eq!(r[2]["route"]["retry_policy"]["num_retries"], 0);
+        assert_eq!(r[3]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[3]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        let two = hosts_regex(2);
+        let re = regex_lite(&two);
+        assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));
+    }
+
+    /// Enough of RE2 for the two shapes `hosts_regex` writes.
+    fn regex_lite(re: &str) -> impl Fn(&str) -> bool {
+        let commas = if re == "^[^,]+$" { 0 } else { re.trim_end_matches("}$").rsplit('{').next().unwrap().parse().unwrap() };
+        move |s: &str| s.split(',').all(|p| !p.is_empty()) && s.matches(',').count() == commas
+    }
+}

@@ -1,0 +1,30 @@
+//! `mvp-ext-proc`, the control half of the mvp-envoy front door.
+//!
+//! Data paths (folders and files in this order):
+//! - table path: [`apiservers`] (the configured set) → [`discover`] (what
+//!   each apiserver serves, over plain HTTP or mTLS) → [`sync`] (one loop;
+//!   per-apiserver state and health policy) → [`routing_table`] (bitmasks,
+//!   versioned) → [`publish`] (`GetTable` for Envoy's wasm refresher).
+//! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
+//!   encoded) → [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`]
+//!   holds Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
+//! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
+//!   [`tls`] flags.
+//! - Operators: [`admin`] (`/metrics`, `/healthz`, `/readyz`, `/table`) over
+//!   [`metrics`].
+//! - [`cli`] turns flags into options; [`serve`] wires the processes.
+
+pub mod admin;
+pub mod apidiscovery;
+pub mod apiservers;
+pub mod cli;
+pub mod discover;
+pub mod envoy_config;
+pub mod merge;
+pub mod metrics;
+pub mod publish;
+pub mod rewrite;
+pub mod routing_table;
+pub mod serve;
+pub mod sync;
+pub mod tls;

@@ -1,0 +1,158 @@
+//! The rewrite's decision, without gRPC: from the negotiated plan, the
+//! apiserver's status and content type and the current merged document to
+//! what the client gets.
+//!
+//! Only a 200 of the negotiated kind of document is replaced: every other
+//! answer (401, 403, 5xx, a 304 to the apiserver's own ETag, which only a
+//! client holding an unmerged copy can send) passes through untouched. The
+//! apiserver saw the client's `If-None-Match` and `Accept-Encoding`; a body
+//! it gzipped is replaced anyway.
+
+use bytes::Bytes;
+
+use super::exchange::Exchange;
+use super::negotiate::{Format, Plan};
+use crate::apidiscovery::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, etag};
+use crate::merge::MergedDocument;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Envoy sent no request attributes (misconfigured).
+    NoRequestHeaders,
+    /// `profile=nopeer`: the answering apiserver's own document.
+    NoPeer,
+    /// A kind of answer the front door leaves to the apiserver.
+    Passthrough,
+    /// The apiserver did not answer 200.
+    UpstreamStatus,
+    /// A 200 of another content type, or no merged document yet.
+    NotRewritable,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome<'d> {
+    Pass(Pass),
+    /// `If-None-Match` equals the merged document's ETag.
+    NotModified { etag: &'d str },
+    Replace(Replacement<'d>),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Replacement<'d> {
+    pub body: Bytes,
+    pub content_type: &'static str,
+    /// The merged ETag; `None` for the unaggregated group list (kube sends none).
+    pub etag: Option<&'d str>,
+    pub gzipped: bool,
+    pub group_list: bool,
+}
+
+impl Outcome<'_> {
+    /// The `result` label of `mvp_discovery_rewrites_total`.
+    pub fn result(&self) -> &'static str {
+        match self {
+            Outcome::Pass(Pass::NoRequestHeaders) => "no_request_headers",
+            Outcome::Pass(Pass::NoPeer) => "nopeer",
+            Outcome::Pass(Pass::Passthrough) => "passthrough",
+            Outcome::Pass(Pass::UpstreamStatus) => "upstream_status",
+            Outcome::Pass(Pass::NotRewritable) => "not_rewritable",
+            Outcome::NotModified { .. } => "not_modified",
+            Outcome::Replace(r) if r.group_list => "group_list",
+            Outcome::Replace(_) => "merged",
+        }
+    }
+
+    /// Whether the merged document answered (kube's cache-hit metric).
+    pub fn served_merged(&self) -> bool {
+        matches!(self, Outcome::NotModified { .. } | Outcome::Replace(_))
+    }
+}
+
+pub fn decide<'d>(x: &Exchange, status: &str, content_type: &str, doc: Option<&'d MergedDocument>) -> Outcome<'d> {
+    let Some(plan) = x.plan else { return Outcome::Pass(Pass::NoRequestHeaders) };
+    let content_type = content_type.to_ascii_lowercase();
+    match plan {
+        Plan::NoPeer => return Outcome::Pass(Pass::NoPeer),
+        Plan::Passthrough => return Outcome::Pass(Pass::Passthrough),
+        Plan::Merged(_) | Plan::GroupList => {}
+    }
+    if status != "200" {
+        return Outcome::Pass(Pass::UpstreamStatus);
+    }
+    let expected = match plan {
+        Plan::Merged(_) => content_type.contains("g=apidiscovery.k8s.io") && content_type.contains("as=apigroupdiscoverylist"),
+        _ => content_type.starts_with("application/json") && !content_type.contains("as="),
+    };
+    let (true, Some(doc)) = (expected, doc) else {
+        return Outcome::Pass(Pass::NotRewritable);
+    };
+    let (encoded, content_type, etag) = match plan {
+        Plan::Merged(Format::Json) => (&doc.json, JSON_CONTENT_TYPE, Some(doc.etag.as_str())),
+        Plan::Merged(Format::Protobuf) => (&doc.protobuf, PROTOBUF_CONTENT_TYPE, Some(doc.etag.as_str())),
+        _ => (&doc.group_list, "application/json", None),
+    };
+    if let Some(etag) = etag
+        && etag::matches(x.if_none_match.as_deref(), etag)
+    {
+        return Outcome::NotModified { etag };
+    }
+    let (body, gzipped) = match (&encoded.gzip, x.gzip) {
+        (Some(gz), true) => (gz.clone(), true),
+        _ => (encoded.identity.clone(), false),
+    };
+    Outcome::Replace(Replacement { body, content_type, etag, gzipped, group_list: plan == Plan::GroupList })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> MergedDocument {
+        let servers = [("a".to_string(), vec![]), ("b".to_string(), vec![])].into_iter().collect();
+        MergedDocument::build(&servers)
+    }
+
+    fn asking(accept: &str) -> Exchange {
+        Exchange::new(Some(accept), None, Some("gzip"))
+    }
+
+    #[test]
+    fn merged_json_replaces_a_200_and_304s_on_our_etag() {
+        let doc = doc();
+        let x = asking(JSON_CONTENT_TYPE);
+        let Outcome::Replace(r) = decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)) else { panic!() };
+        assert_eq!((r.body.clone(), r.content_type, r.etag, r.gzipped), (doc.json.identity.clone(), JSON_CONTENT_TYPE, Some(doc.etag.as_str()), false));
+
+        let x = Exchange::new(Some(JSON_CONTENT_TYPE), Some(&doc.etag), None);
+        assert_eq!(decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::NotModified { etag: &doc.etag });
+        let x = Exchange::new(Some(JSON_CONTENT_TYPE), Some(&format!("W/{}", doc.etag)), None);
+        assert!(matches!(decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::Replace(_)));
+    }
+
+    #[test]
+    fn protobuf_and_group_list() {
+        let doc = doc();
+        let x = asking(PROTOBUF_CONTENT_TYPE);
+        let Outcome::Replace(r) = decide(&x, "200", PROTOBUF_CONTENT_TYPE, Some(&doc)) else { panic!() };
+        assert_eq!(r.body, doc.protobuf.identity);
+        let x = asking("application/json");
+        let out = decide(&x, "200", "application/json", Some(&doc));
+        assert_eq!(out.result(), "group_list");
+        let Outcome::Replace(r) = out else { panic!() };
+        assert_eq!((r.etag, r.body), (None, doc.group_list.identity.clone()));
+    }
+
+    #[test]
+    fn other_statuses_and_kinds_pass_through() {
+        let doc = doc();
+        for (status, ct) in [("401", "application/json"), ("403", "application/json"), ("500", JSON_CONTENT_TYPE), ("200", "application/json")] {
+            let out = decide(&asking(JSON_CONTENT_TYPE), status, ct, Some(&doc));
+            assert!(matches!(out, Outcome::Pass(_)), "{status} {ct}: {out:?}");
+        }
+        let nopeer = asking("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer");
+        assert_eq!(decide(&nopeer, "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::Pass(Pass::NoPeer));
+        assert_eq!(decide(&asking("application/yaml"), "200", "application/yaml", Some(&doc)), Outcome::Pass(Pass::Passthrough));
+        assert_eq!(decide(&Exchange::default(), "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::Pass(Pass::NoRequestHeaders));
+        assert_eq!(decide(&asking(JSON_CONTENT_TYPE), "200", JSON_CONTENT_TYPE, None), Outcome::Pass(Pass::NotRewritable));
+    }
+}

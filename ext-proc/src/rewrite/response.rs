@@ -1,0 +1,96 @@
+//! ext_proc response messages for each [`Outcome`].
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption, header_value_option::HeaderAppendAction};
+use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    BodyMutation, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse, ProcessingResponse, body_mutation,
+    common_response::ResponseStatus, processing_response,
+};
+
+use super::decide::{Outcome, Replacement};
+
+/// A header to set (overwriting).
+fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue { key: key.into(), value: String::new(), raw_value: value.into() }),
+        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+        ..Default::default()
+    }
+}
+
+fn reply(response: processing_response::Response) -> ProcessingResponse {
+    ProcessingResponse { response: Some(response), ..Default::default() }
+}
+
+/// The answer to a response-headers message.
+pub fn response_headers(outcome: &Outcome<'_>) -> ProcessingResponse {
+    match outcome {
+        Outcome::Pass(_) => reply(processing_response::Response::ResponseHeaders(HeadersResponse::default())),
+        Outcome::NotModified { etag } => reply(processing_response::Response::ImmediateResponse(ImmediateResponse {
+            status: Some(HttpStatus { code: StatusCode::NotModified as i32 }),
+            headers: Some(HeaderMutation {
+                set_headers: vec![set("etag", *etag), set("cache-control", "public"), set("vary", "Accept")],
+                ..Default::default()
+            }),
+            details: "mvp_discovery_not_modified".into(),
+            ..Default::default()
+        })),
+        Outcome::Replace(r) => replace(r),
+    }
+}
+
+/// Replaces the body at the response-headers phase (`CONTINUE_AND_REPLACE`):
+/// the apiserver's body is never buffered.
+fn replace(r: &Replacement<'_>) -> ProcessingResponse {
+    let mut headers = Vec::new();
+    let mut remove = Vec::new();
+    match r.etag {
+        Some(etag) => headers.extend([set("etag", etag), set("cache-control", "public")]),
+        None => remove.extend(["etag".to_string(), "cache-control".to_string()]),
+    }
+    headers.push(set("content-type", r.content_type));
+    headers.push(set("content-length", r.body.len().to_string()));
+    if r.gzipped {
+        headers.push(set("content-encoding", "gzip"));
+        headers.push(set("vary", "Accept, Accept-Encoding"));
+    } else {
+        remove.push("content-encoding".to_string());
+        headers.push(set("vary", "Accept"));
+    }
+    reply(processing_response::Response::ResponseHeaders(HeadersResponse {
+        response: Some(CommonResponse {
+            status: ResponseStatus::ContinueAndReplace as i32,
+            header_mutation: Some(HeaderMutation { set_headers: headers, remove_headers: remove }),
+            body_mutation: Some(BodyMutation { mutation: Some(body_mutation::Mutation::Body(r.body.to_vec())) }),
+            ..Default::default()
+        }),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::decide::Pass;
+
+    #[test]
+    fn each_outcome_is_one_message() {
+        let pass = response_headers(&Outcome::Pass(Pass::UpstreamStatus));
+        assert!(matches!(pass.response, Some(processing_response::Response::ResponseHeaders(HeadersResponse { response: None }))));
+
+        let not_modified = response_headers(&Outcome::NotModified { etag: "\"E\"" });
+        let Some(processing_response::Response::ImmediateResponse(i)) = not_modified.response else { panic!() };
+        assert_eq!(i.status.unwrap().code, StatusCode::NotModified as i32);
+
+        let r = Replacement { body: "{}".into(), content_type: "application/json", etag: None, gzipped: true, group_list: true };
+        let Some(processing_response::Response::ResponseHeaders(h)) = response_headers(&Outcome::Replace(r)).response else { panic!() };
+        let c = h.response.unwrap();
+        assert_eq!(c.status, ResponseStatus::ContinueAndReplace as i32);
+        let m = c.header_mutation.unwrap();
+        assert_eq!(m.remove_headers, ["etag", "cache-control"]);
+        let set: Vec<(String, Vec<u8>)> = m.set_headers.into_iter().map(|h| h.header.unwrap()).map(|h| (h.key, h.raw_value)).collect();
+        assert!(set.contains(&("content-encoding".into(), b"gzip".to_vec())));
+        assert!(set.contains(&("content-length".into(), b"2".to_vec())));
+        let Some(body_mutation::Mutation::Body(b)) = c.body_mutation.unwrap().mutation else { panic!() };
+        assert_eq!(b, b"{}");
+    }
+}

@@ -1,0 +1,108 @@
+//! `mvp-ext-proc serve`: apiservers → discover → sync (table, merged `/apis`)
+//! → the gRPC listener Envoy calls (`GetTable` for the wasm refresher,
+//! ext_proc for `/apis`) and the admin listener.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::apiservers::{self, ApiserverSpec};
+use crate::discover::{DiscoveryOptions, Transport};
+use crate::metrics::Metrics;
+use crate::sync::{SyncOptions, Syncer};
+use crate::tls::PeerTls;
+use crate::{admin, publish, rewrite};
+
+pub struct ServeOptions {
+    pub apiservers: Vec<ApiserverSpec>,
+    pub grpc_listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
+    pub refresh_interval: Duration,
+    pub unhealthy_retention: Duration,
+    pub discovery: DiscoveryOptions,
+    pub discovery_token_file: Option<PathBuf>,
+    pub peer_tls: Option<PeerTls>,
+    /// The requestheader user name header discovery requests carry with the
+    /// proxy client certificate.
+    pub username_header: String,
+}
+
+pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
+    apiservers::validate_set(&o.apiservers).map_err(anyhow::Error::msg)?;
+    apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(anyhow::Error::msg)?;
+    if o.refresh_interval.is_zero() {
+        anyhow::bail!("--refresh-interval must be greater than 0");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run(o))
+}
+
+async fn run(o: ServeOptions) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let transport = Transport::new(o.discovery_token_file.as_deref(), o.peer_tls.as_ref(), &o.username_header)?;
+    let options = SyncOptions { interval: o.refresh_interval, retention: o.unhealthy_retention, discovery: o.discovery };
+    let (syncer, published) = Syncer::new(&o.apiservers, transport, options, metrics.clone());
+
+    let grpc = tokio::net::TcpListener::bind(o.grpc_listen)
+        .await
+        .with_context(|| format!("--grpc-listen {}: cannot listen", o.grpc_listen))?;
+    let admin_listener = match o.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--metrics-listen {addr}: cannot listen"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(
+        grpc = %o.grpc_listen,
+        metrics = ?o.metrics_listen,
+        apiservers = ?o.apiservers.iter().map(|s| format!("{}={}", s.name, s.url)).collect::<Vec<_>>(),
+        refresh_interval = ?o.refresh_interval,
+        "mvp-ext-proc serving"
+    );
+
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
+        .add_service(rewrite::server::Rewriter::server(published.merged.clone(), metrics.clone()))
+        .serve_with_incoming_shutdown(incoming(grpc), shutdown_signal());
+    let sync_task = tokio::spawn(syncer.run());
+    let admin_task = admin_listener.map(|l| {
+        let router = admin::router(metrics.clone(), published.clone());
+        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(shutdown_signal()).await })
+    });
+    grpc_server.await.context("gRPC server failed")?;
+    sync_task.abort();
+    if let Some(t) = admin_task {
+        t.abort();
+    }
+    tracing::info!("mvp-ext-proc stopped");
+    Ok(())
+}
+
+/// Accepted connections with TCP_NODELAY: every ext_proc and GetTable
+/// message is small and latency-bound.
+fn incoming(l: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(l, |l| async move {
+        let r = l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            s
+        });
+        Some((r, l))
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

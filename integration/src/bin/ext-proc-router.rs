@@ -1,0 +1,132 @@
+//! The benchmark's "ext_proc routes every request" variant: the design
+//! mvp-envoy chose not to ship (BENCHMARKS.md, variant 5), kept out of the
+//! product. It polls mvp-ext-proc's `GetTable` like the wasm refresher, and
+//! answers each ext_proc request-headers message with the filter's own
+//! decision (`mvp_wasm_filter::route::decide`): the route header, and no
+//! response phase.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption, header_value_option::HeaderAppendAction};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{ProcessingMode, processing_mode::HeaderSendMode};
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{ExternalProcessor, ExternalProcessorServer};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    CommonResponse, HeaderMutation, HeadersResponse, ProcessingRequest, ProcessingResponse, processing_request, processing_response,
+};
+use mvp_protos::routing::v1 as pb;
+use mvp_wasm_filter::table::RouteTable;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+#[derive(Parser)]
+struct Args {
+    /// Where Envoy's ext_proc filter reaches this process.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// mvp-ext-proc's --grpc-listen.
+    #[arg(long)]
+    table_from: SocketAddr,
+}
+
+#[derive(Clone, Default)]
+struct Router {
+    table: Arc<RwLock<Option<Arc<RouteTable>>>>,
+    counter: Arc<AtomicU32>,
+}
+
+impl Router {
+    fn route(&self, path: &str) -> ProcessingResponse {
+        let mut common = CommonResponse::default();
+        let table = self.table.read().ok().and_then(|t| t.clone());
+        if let Some(table) = table {
+            let n = self.counter.fetch_add(1, Ordering::Relaxed);
+            if let Some(hosts) = mvp_wasm_filter::route::decide(&table, path.as_bytes(), n) {
+                common.header_mutation = Some(HeaderMutation {
+                    set_headers: vec![HeaderValueOption {
+                        header: Some(HeaderValue {
+                            key: mvp_contract::headers::ROUTE.into(),
+                            value: String::new(),
+                            raw_value: hosts.as_bytes().to_vec(),
+                        }),
+                        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                });
+                common.clear_route_cache = true;
+            }
+        }
+        ProcessingResponse {
+            response: Some(processing_response::Response::RequestHeaders(HeadersResponse { response: Some(common) })),
+            mode_override: Some(ProcessingMode { response_header_mode: HeaderSendMode::Skip as i32, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    async fn poll(self, from: SocketAddr) {
+        let mut known = 0;
+        loop {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{from}")).map(|e| e.connect_lazy());
+            if let Ok(channel) = channel {
+                let mut client = pb::routing_table_service_client::RoutingTableServiceClient::new(channel);
+                while let Ok(resp) = client.get_table(pb::GetTableRequest { known_version: known }).await {
+                    if let Some(t) = resp.into_inner().table
+                        && let Ok(indexed) = RouteTable::from_proto(&t)
+                    {
+                        known = t.version;
+                        if let Ok(mut slot) = self.table.write() {
+                            *slot = Some(Arc::new(indexed));
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl ExternalProcessor for Router {
+    type ProcessStream = ReceiverStream<Result<ProcessingResponse, Status>>;
+
+    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Self::ProcessStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(4);
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                let Some(processing_request::Request::RequestHeaders(h)) = msg.request else { break };
+                let path = h
+                    .headers
+                    .iter()
+                    .flat_map(|m| &m.headers)
+                    .find(|v| v.key == ":path")
+                    .map(|v| String::from_utf8_lossy(&v.raw_value).into_owned())
+                    .unwrap_or_default();
+                if tx.send(Ok(this.route(&path))).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let router = Router::default();
+    tokio::spawn(router.clone().poll(args.table_from));
+    tonic::transport::Server::builder()
+        .add_service(ExternalProcessorServer::new(router))
+        .serve(args.listen)
+        .await
+        .with_context(|| format!("serving ext_proc on {}", args.listen))
+}

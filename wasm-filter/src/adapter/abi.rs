@@ -1,0 +1,171 @@
+//! Raw proxy-wasm ABI v0.2.1 imports with every status mapped, as the
+//! [`Host`] the logic runs on. The SDK's own wrappers `panic!` on statuses
+//! they do not expect, and a panic would break the worker's VM for every
+//! later request; here an unexpected status is an error the caller handles.
+
+#![allow(clashing_extern_declarations)]
+
+use std::ptr::{null, null_mut};
+
+use crate::host::{Counter, Gauge, Host, HostError, LogLevel};
+
+const OK: u32 = 0;
+const NOT_FOUND: u32 = 1;
+
+const REQUEST_HEADERS: u32 = 0;
+const CALL_RESPONSE_HEADERS: u32 = 6;
+const CALL_RESPONSE_TRAILERS: u32 = 7;
+const CALL_RESPONSE_BODY: u32 = 4;
+const PLUGIN_CONFIGURATION: u32 = 7;
+
+const METRIC_COUNTER: u32 = 0;
+const METRIC_GAUGE: u32 = 1;
+
+/// `connection.subject_peer_certificate`, a property path (parts joined by NUL).
+const PEER_SUBJECT: &[u8] = b"connection\0subject_peer_certificate";
+
+#[link(wasm_import_module = "env")]
+unsafe extern "C" {
+    fn proxy_get_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, return_value_data: *mut *mut u8, return_value_size: *mut usize) -> u32;
+    fn proxy_replace_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
+    fn proxy_add_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
+    fn proxy_get_shared_data(key_data: *const u8, key_size: usize, return_value_data: *mut *mut u8, return_value_size: *mut usize, return_cas: *mut u32) -> u32;
+    fn proxy_set_shared_data(key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize, cas: u32) -> u32;
+    fn proxy_get_buffer_bytes(buffer_type: u32, start: usize, max_size: usize, return_buffer_data: *mut *mut u8, return_buffer_size: *mut usize) -> u32;
+    fn proxy_get_property(path_data: *const u8, path_size: usize, return_value_data: *mut *mut u8, return_value_size: *mut usize) -> u32;
+    fn proxy_log(level: u32, message_data: *const u8, message_size: usize) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
+}
+
+/// The host allocated `data` through this module's
+/// `proxy_on_memory_allocate` (the SDK's, backed by the global allocator),
+/// so ownership passes to a Vec.
+unsafe fn take(data: *mut u8, size: usize) -> Vec<u8> {
+    if data.is_null() { Vec::new() } else { unsafe { Vec::from_raw_parts(data, size, size) } }
+}
+
+/// A value the host returns in memory it allocated: OK → Some, NotFound → None.
+fn returned(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> Result<Option<Vec<u8>>, HostError> {
+    let mut data = null_mut();
+    let mut size = 0;
+    match call(&mut data, &mut size) {
+        OK => Ok(Some(unsafe { take(data, size) })),
+        NOT_FOUND => Ok(None),
+        s => Err(HostError(s)),
+    }
+}
+
+fn status(s: u32) -> Result<(), HostError> {
+    if s == OK { Ok(()) } else { Err(HostError(s)) }
+}
+
+fn map_value(map: u32, name: &str) -> Result<Option<Vec<u8>>, HostError> {
+    returned(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) })
+}
+
+fn buffer(kind: u32, max: usize) -> Result<Option<Vec<u8>>, HostError> {
+    returned(|d, s| unsafe { proxy_get_buffer_bytes(kind, 0, max, d, s) })
+}
+
+pub fn plugin_configuration() -> Result<Option<Vec<u8>>, HostError> {
+    buffer(PLUGIN_CONFIGURATION, usize::MAX)
+}
+
+pub fn set_tick_period_ms(ms: u32) -> Result<(), HostError> {
+    status(unsafe { proxy_set_tick_period_milliseconds(ms) })
+}
+
+/// Metric ids of this VM, defined once per root context.
+#[derive(Clone, Copy, Default)]
+pub struct AbiHost {
+    counters: [Option<u32>; Counter::ALL.len()],
+    gauges: [Option<u32>; Gauge::ALL.len()],
+}
+
+fn define_metric(kind: u32, name: &str) -> Option<u32> {
+    let mut id = 0;
+    (unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) } == OK).then_some(id)
+}
+
+impl AbiHost {
+    pub fn new() -> AbiHost {
+        let mut h = AbiHost::default();
+        for (slot, c) in h.counters.iter_mut().zip(Counter::ALL) {
+            *slot = define_metric(METRIC_COUNTER, c.name());
+        }
+        for (slot, g) in h.gauges.iter_mut().zip(Gauge::ALL) {
+            *slot = define_metric(METRIC_GAUGE, g.name());
+        }
+        h
+    }
+}
+
+impl Host for AbiHost {
+    fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError> {
+        map_value(REQUEST_HEADERS, name)
+    }
+
+    fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        status(unsafe { proxy_replace_header_map_value(REQUEST_HEADERS, name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
+    }
+
+    fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        status(unsafe { proxy_add_header_map_value(REQUEST_HEADERS, name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
+    }
+
+    fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
+        returned(|d, s| unsafe { proxy_get_property(PEER_SUBJECT.as_ptr(), PEER_SUBJECT.len(), d, s) })
+    }
+
+    fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError> {
+        let mut cas = 0;
+        returned(|d, s| unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), d, s, &mut cas) })
+    }
+
+    fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        let ptr = if value.is_empty() { null() } else { value.as_ptr() };
+        status(unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), ptr, value.len(), 0) })
+    }
+
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        map_value(CALL_RESPONSE_HEADERS, name).ok().flatten()
+    }
+
+    fn call_response_trailer(&self, name: &str) -> Option<Vec<u8>> {
+        map_value(CALL_RESPONSE_TRAILERS, name).ok().flatten()
+    }
+
+    fn call_response_body(&self, max: usize) -> Vec<u8> {
+        buffer(CALL_RESPONSE_BODY, max).ok().flatten().unwrap_or_default()
+    }
+
+    fn count(&self, counter: Counter, n: i64) {
+        let id = self.counters.iter().zip(Counter::ALL).find(|(_, c)| *c == counter).and_then(|(id, _)| *id);
+        if let Some(id) = id {
+            let _ = unsafe { proxy_increment_metric(id, n) };
+        }
+    }
+
+    fn set_gauge(&self, gauge: Gauge, value: u64) {
+        let id = self.gauges.iter().zip(Gauge::ALL).find(|(_, g)| *g == gauge).and_then(|(id, _)| *id);
+        if let Some(id) = id {
+            let _ = unsafe { proxy_record_metric(id, value) };
+        }
+    }
+
+    fn log(&self, level: LogLevel, msg: &str) {
+        let level = match level {
+            LogLevel::Info => 2,
+            LogLevel::Warn => 3,
+        };
+        // Nothing sensible to do if logging itself fails.
+        let _ = unsafe { proxy_log(level, msg.as_ptr(), msg.len()) };
+    }
+
+    fn vm_memory_bytes(&self) -> u64 {
+        (core::arch::wasm32::memory_size(0) as u64) * 65536
+    }
+}

@@ -1,0 +1,87 @@
+//! The host calls the filter's logic makes, as a trait: the wasm adapter
+//! implements it with proxy-wasm ABI calls (`adapter/abi.rs`), the tests with
+//! a fake (`host_fake.rs`), so the router and the refresher are tested
+//! natively, host-facing code included.
+
+/// A proxy-wasm status other than OK (and other than NotFound where absence
+/// is an answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostError(pub u32);
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "host call failed with proxy-wasm status {}", self.0)
+    }
+}
+
+/// The filter's counters. Envoy 1.40 shows them under `wasmcustom.`, e.g.
+/// `wasmcustom.mvp.router.rerouted_requests`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    Rerouted,
+    TableLoads,
+    TableErrors,
+    RefresherErrors,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gauge {
+    /// The table version the refresher published last.
+    TableVersion,
+    /// A worker VM's linear memory after its last table load.
+    VmMemoryBytes,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 4] = [Counter::Rerouted, Counter::TableLoads, Counter::TableErrors, Counter::RefresherErrors];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::Rerouted => "mvp.router.rerouted_requests",
+            Counter::TableLoads => "mvp.router.table_loads",
+            Counter::TableErrors => "mvp.router.table_errors",
+            Counter::RefresherErrors => "mvp.refresher.errors",
+        }
+    }
+}
+
+impl Gauge {
+    pub const ALL: [Gauge; 2] = [Gauge::TableVersion, Gauge::VmMemoryBytes];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Gauge::TableVersion => "mvp.refresher.table_version",
+            Gauge::VmMemoryBytes => "mvp.router.vm_memory_bytes",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Info,
+    Warn,
+}
+
+pub trait Host {
+    fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError>;
+    /// Replaces every value of `name`.
+    fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
+    fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
+    /// The verified client certificate's subject (RFC 2253), empty or absent
+    /// without one (Envoy's `connection.subject_peer_certificate`).
+    fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError>;
+
+    fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError>;
+    fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError>;
+
+    /// The answer to the root context's last `dispatch_http_call`, read in
+    /// its `on_http_call_response`.
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>>;
+    fn call_response_trailer(&self, name: &str) -> Option<Vec<u8>>;
+    fn call_response_body(&self, max: usize) -> Vec<u8>;
+
+    fn count(&self, counter: Counter, n: i64);
+    fn set_gauge(&self, gauge: Gauge, value: u64);
+    fn log(&self, level: LogLevel, msg: &str);
+    fn vm_memory_bytes(&self) -> u64;
+}

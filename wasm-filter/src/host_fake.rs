@@ -1,0 +1,112 @@
+//! An in-memory [`Host`] for native tests: headers, shared data (one map, as
+//! Envoy shares it between all VMs of one vm_id), a call response, counters.
+
+#![allow(clippy::unwrap_used)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::host::{Counter, Gauge, Host, HostError, LogLevel};
+
+#[derive(Default)]
+pub struct FakeHost {
+    pub headers: RefCell<Vec<(String, String)>>,
+    pub subject: Option<Vec<u8>>,
+    /// Shared with every FakeHost cloned from this one via [`FakeHost::sibling`].
+    pub shared: Rc<RefCell<HashMap<String, Vec<u8>>>>,
+    /// Makes the next shared-data writes fail with this status.
+    pub fail_shared_writes: Option<u32>,
+    pub call_headers: Vec<(String, Vec<u8>)>,
+    pub call_trailers: Vec<(String, Vec<u8>)>,
+    pub call_body: Vec<u8>,
+    pub counters: RefCell<HashMap<&'static str, i64>>,
+    pub gauges: RefCell<HashMap<&'static str, u64>>,
+    pub logs: RefCell<Vec<(LogLevel, String)>>,
+}
+
+impl FakeHost {
+    /// Another VM of the same vm_id: its own request, the same shared data.
+    pub fn sibling(&self) -> FakeHost {
+        FakeHost { shared: self.shared.clone(), ..FakeHost::default() }
+    }
+
+    pub fn with_path(self, path: &str) -> FakeHost {
+        self.headers.borrow_mut().push((":path".into(), path.into()));
+        self
+    }
+
+    pub fn header_values(&self, name: &str) -> Vec<String> {
+        self.headers.borrow().iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
+    }
+
+    pub fn counter(&self, c: Counter) -> i64 {
+        self.counters.borrow().get(c.name()).copied().unwrap_or(0)
+    }
+
+    pub fn gauge(&self, g: Gauge) -> u64 {
+        self.gauges.borrow().get(g.name()).copied().unwrap_or(0)
+    }
+}
+
+impl Host for FakeHost {
+    fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(self.headers.borrow().iter().find(|(k, _)| k == name).map(|(_, v)| v.clone().into_bytes()))
+    }
+
+    fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        let mut h = self.headers.borrow_mut();
+        h.retain(|(k, _)| k != name);
+        h.push((name.into(), value.into()));
+        Ok(())
+    }
+
+    fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        self.headers.borrow_mut().push((name.into(), value.into()));
+        Ok(())
+    }
+
+    fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(self.subject.clone())
+    }
+
+    fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(self.shared.borrow().get(key).cloned())
+    }
+
+    fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        if let Some(s) = self.fail_shared_writes {
+            return Err(HostError(s));
+        }
+        self.shared.borrow_mut().insert(key.into(), value.to_vec());
+        Ok(())
+    }
+
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.call_headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    fn call_response_trailer(&self, name: &str) -> Option<Vec<u8>> {
+        self.call_trailers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    fn call_response_body(&self, max: usize) -> Vec<u8> {
+        self.call_body.iter().take(max).copied().collect()
+    }
+
+    fn count(&self, counter: Counter, n: i64) {
+        *self.counters.borrow_mut().entry(counter.name()).or_default() += n;
+    }
+
+    fn set_gauge(&self, gauge: Gauge, value: u64) {
+        self.gauges.borrow_mut().insert(gauge.name(), value);
+    }
+
+    fn log(&self, level: LogLevel, msg: &str) {
+        self.logs.borrow_mut().push((level, msg.into()));
+    }
+
+    fn vm_memory_bytes(&self) -> u64 {
+        0
+    }
+}

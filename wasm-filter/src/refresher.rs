@@ -1,0 +1,105 @@
+//! The `refresher` role: a singleton on Envoy's main thread that asks
+//! mvp-ext-proc for a newer routing table every poll interval and publishes
+//! it to the workers through shared data.
+//!
+//! Host-independent: the adapter makes the call it asks for (only the SDK's
+//! root context can dispatch one) and hands it the answer.
+
+use std::time::Duration;
+
+use mvp_contract::plugin::RefresherConfig;
+
+use crate::get_table;
+use crate::host::{Counter, Gauge, Host, LogLevel};
+use crate::shared_table;
+
+pub struct Refresher {
+    config: RefresherConfig,
+    known_version: u64,
+    in_flight: bool,
+}
+
+/// One `GetTable` call for the adapter to dispatch.
+pub struct Call {
+    pub cluster: String,
+    pub authority: String,
+    pub body: Vec<u8>,
+    pub timeout: Duration,
+}
+
+impl Call {
+    pub fn headers(&self) -> [(&str, &str); 5] {
+        get_table::request_headers(&self.authority)
+    }
+}
+
+impl Refresher {
+    pub fn new(config: RefresherConfig) -> Refresher {
+        Refresher { config, known_version: 0, in_flight: false }
+    }
+
+    pub fn poll_interval_ms(&self) -> u32 {
+        self.config.poll_interval_ms
+    }
+
+    /// On each tick: the call to make, unless the last one is unanswered.
+    pub fn next_call(&self) -> Option<Call> {
+        if self.in_flight {
+            return None;
+        }
+        Some(Call {
+            cluster: self.config.cluster.clone(),
+            authority: self.config.authority.clone(),
+            body: get_table::request_body(self.known_version),
+            timeout: Duration::from_millis(u64::from(self.config.timeout_ms)),
+        })
+    }
+
+    /// Whether the host accepted the call (`Err` carries its reason).
+    pub fn dispatched<H: Host>(&mut self, host: &H, sent: Result<(), String>) {
+        match sent {
+            Ok(()) => self.in_flight = true,
+            Err(e) => {
+                host.count(Counter::RefresherErrors, 1);
+                host.log(
+                    LogLevel::Warn,
+                    &format!("mvp refresher: cannot call cluster {:?} ({e}); is it defined in the bootstrap?", self.config.cluster),
+                );
+            }
+        }
+    }
+
+    /// The call's answer (or its failure: no status, no body).
+    pub fn on_response<H: Host>(&mut self, host: &H) {
+        self.in_flight = false;
+        // A trailers-only gRPC reply carries grpc-status in the headers.
+        let header_or_trailer = |name| host.call_response_trailer(name).or_else(|| host.call_response_header(name));
+        let status = host.call_response_header(":status");
+        let grpc_status = header_or_trailer("grpc-status");
+        let grpc_message = header_or_trailer("grpc-message");
+        let body = host.call_response_body(get_table::MAX_TABLE_BYTES + 5);
+        let parsed = get_table::parse_response(status.as_deref(), grpc_status.as_deref(), grpc_message.as_deref(), &body);
+        match parsed {
+            Ok(None) => {}
+            Ok(Some(t)) => match shared_table::publish(host, &t) {
+                Ok(()) => {
+                    self.known_version = t.version;
+                    host.set_gauge(Gauge::TableVersion, t.version);
+                    host.log(LogLevel::Info, &format!("mvp refresher: published routing table {:016x}", t.version));
+                }
+                Err(e) => {
+                    host.count(Counter::RefresherErrors, 1);
+                    host.log(LogLevel::Warn, &format!("mvp refresher: writing shared data: {e}"));
+                }
+            },
+            Err(e) => {
+                host.count(Counter::RefresherErrors, 1);
+                host.log(LogLevel::Warn, &format!("mvp refresher: {e}"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "refresher_tests.rs"]
+mod tests;

@@ -1,0 +1,64 @@
+//! Tests of `refresher.rs`.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+use super::*;
+use crate::host_fake::FakeHost;
+use crate::shared_table::{Load, WorkerTable};
+use crate::table::tests::sample;
+use mvp_protos::routing::v1 as pb;
+use prost::Message;
+
+fn answer(table: Option<pb::RoutingTable>) -> FakeHost {
+    let msg = pb::GetTableResponse { table }.encode_to_vec();
+    let mut body = vec![0];
+    body.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    body.extend_from_slice(&msg);
+    FakeHost {
+        call_headers: vec![(":status".into(), b"200".to_vec())],
+        call_trailers: vec![("grpc-status".into(), b"0".to_vec())],
+        call_body: body,
+        ..FakeHost::default()
+    }
+}
+
+#[test]
+fn publishes_a_new_table_and_asks_with_its_version() {
+    let mut r = Refresher::new(RefresherConfig::default());
+    let host = answer(Some(sample()));
+    let call = r.next_call().unwrap();
+    assert_eq!(call.cluster, "mvp_ext_proc");
+    r.dispatched(&host, Ok(()));
+    assert!(r.next_call().is_none(), "one call in flight at a time");
+    r.on_response(&host);
+    assert_eq!(host.gauge(Gauge::TableVersion), 7);
+
+    let worker = host.sibling();
+    let table = WorkerTable::default();
+    assert!(matches!(table.refresh(&worker), Load::Loaded));
+
+    let next = r.next_call().unwrap();
+    let len = u32::from_be_bytes(next.body[1..5].try_into().unwrap()) as usize;
+    assert_eq!(pb::GetTableRequest::decode(&next.body[5..5 + len]).unwrap().known_version, 7);
+}
+
+#[test]
+fn failures_are_counted_and_change_nothing() {
+    let mut r = Refresher::new(RefresherConfig::default());
+    let host = FakeHost::default();
+    r.dispatched(&host, Err("BadArgument".into()));
+    assert!(r.next_call().is_some(), "retried on the next tick");
+    r.dispatched(&host, Ok(()));
+    r.on_response(&host);
+    assert_eq!(host.counter(Counter::RefresherErrors), 2);
+    assert!(host.shared.borrow().is_empty());
+
+    let mut current = answer(None);
+    r.on_response(&current);
+    assert_eq!(current.counter(Counter::RefresherErrors), 0, "no newer table is not an error");
+
+    current = answer(Some(sample()));
+    current.fail_shared_writes = Some(2);
+    r.on_response(&current);
+    assert_eq!(current.counter(Counter::RefresherErrors), 1);
+    assert_eq!(current.gauge(Gauge::TableVersion), 0);
+}
