@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
-# Re-renders envoy/envoy.yaml for the docker-compose topology.
+# Re-renders envoy/envoy.yaml from docker-compose.yml (the one description of
+# that topology), through the test that keeps the two in sync.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --quiet --locked -p mvp-ext-proc -- envoy-config \
-  --apiserver v130=http://apiserver-v130:6443 \
-  --apiserver v133=http://apiserver-v133:6443 \
-  --apiserver v137=http://apiserver-v137:6443 \
-  --listen 0.0.0.0:8443 \
-  --admin 0.0.0.0:9901 \
-  --wasm /usr/local/lib/mvp/mvp_wasm_filter.wasm \
-  --ext-proc ext-proc:18000 \
-  --output envoy/envoy.yaml
+MVP_UPDATE_GOLDEN=1 cargo test --quiet --locked -p integration --test deployment compose_topology_matches_the_rendered_envoy_config
 echo "wrote envoy/envoy.yaml" >&2

@@ -222,7 +222,26 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
-    let command = rendering_command(std::env::args().skip(1));
+    let output = a.output.clone();
+    let yaml = render_envoy_config(a, &rendering_command(std::env::args().skip(1)))?;
+    match output {
+        Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(())
+}
+
+/// What `mvp-ext-proc envoy-config ARGS…` prints, as a function (for tests
+/// and tools that render without spawning the binary).
+pub fn envoy_config_yaml(args: &[String]) -> anyhow::Result<String> {
+    let argv = ["mvp-ext-proc".to_string(), "envoy-config".to_string()].into_iter().chain(args.iter().cloned());
+    let Command::EnvoyConfig(a) = Cli::try_parse_from(argv)?.command else {
+        anyhow::bail!("not an envoy-config command line");
+    };
+    render_envoy_config(a, &rendering_command(["envoy-config".to_string()].into_iter().chain(args.iter().cloned())))
+}
+
+fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<String> {
     let front_tls = FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
     let opts = EnvoyConfigOptions {
         front_tls,
@@ -236,12 +255,7 @@ fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
         table_poll_interval: a.table_poll_interval,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
     };
-    let yaml = envoy_config::render_yaml(&opts, &command)?;
-    match a.output {
-        Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
-        None => print!("{yaml}"),
-    }
-    Ok(())
+    Ok(envoy_config::render_yaml(&opts, command)?)
 }
 
 fn decode_discovery() -> anyhow::Result<()> {

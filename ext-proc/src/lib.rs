@@ -28,3 +28,6 @@ pub mod routing_table;
 pub mod serve;
 pub mod sync;
 pub mod tls;
+
+#[cfg(test)]
+mod testdata;

@@ -17,8 +17,9 @@ pub struct TableService {
 
 impl TableService {
     pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>) -> RoutingTableServiceServer<TableService> {
-        // A 5,000-resource table encodes to a few hundred KiB; leave room.
-        RoutingTableServiceServer::new(TableService { table, metrics }).max_encoding_message_size(16 << 20)
+        // The refresher accepts tables up to this size.
+        RoutingTableServiceServer::new(TableService { table, metrics })
+            .max_encoding_message_size(mvp_contract::limits::MAX_TABLE_BYTES)
     }
 }
 

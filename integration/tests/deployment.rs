@@ -1,8 +1,9 @@
 //! The shipped deployment files agree with each other and with the code.
 //! There is no Docker engine on this machine, so docker-compose.yml is
-//! checked here: its services, commands, ports and mounted config must match
-//! envoy/envoy.yaml, which must be exactly what `mvp-ext-proc envoy-config`
-//! renders for that topology and must load in the real Envoy.
+//! checked here. It is the one description of the topology: envoy/envoy.yaml
+//! must be exactly what `mvp-ext-proc envoy-config` renders for it (with
+//! `MVP_UPDATE_GOLDEN=1` this test writes it: `scripts/render-envoy-config.sh`)
+//! and must load in the real Envoy.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -40,12 +41,16 @@ fn apiserver_flags(args: &[String]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The envoy-config flags recorded in envoy/envoy.yaml's header.
-fn rendering_args(envoy_yaml: &str) -> Vec<String> {
-    let line = envoy_yaml.lines().nth(1).unwrap();
-    let cmd = line.trim_start_matches('#').trim();
-    let mut args: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
-    assert_eq!(args.remove(0), "mvp-ext-proc");
+/// The envoy-config flags for the compose topology.
+fn rendering_args(apiservers: &BTreeMap<String, String>, grpc_port: &str, front: &Value) -> Vec<String> {
+    let mut args = vec![];
+    for (name, url) in apiservers {
+        args.extend(["--apiserver".into(), format!("{name}={url}")]);
+    }
+    for flag in ["listen", "admin", "wasm"] {
+        args.extend([format!("--{flag}"), front[flag].as_str().unwrap().to_string()]);
+    }
+    args.extend(["--ext-proc".into(), format!("ext-proc:{grpc_port}")]);
     args
 }
 
@@ -87,12 +92,8 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     let mounts: Vec<&str> = envoy["volumes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(mounts.contains(&format!("./envoy/envoy.yaml:{config_in_container}:ro").as_str()), "{mounts:?}");
 
-    // The rendered config was made for this topology…
-    let yaml = std::fs::read_to_string(workspace_root().join("envoy/envoy.yaml")).unwrap();
-    let args = rendering_args(&yaml);
-    assert_eq!(args[0], "envoy-config");
-    assert_eq!(apiserver_flags(&args), apiservers);
-    assert_eq!(flag(&args, "--ext-proc"), format!("ext-proc:{grpc_port}"));
+    // The front door's flags: published ports, the wasm where the image has it.
+    let args = rendering_args(&apiservers, &grpc_port, &c["x-envoy-config"]);
     let published: Vec<String> =
         envoy["ports"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().rsplit(':').next().unwrap().to_string()).collect();
     assert!(published.contains(&port_of(&flag(&args, "--listen"))), "listener port not published: {published:?}");
@@ -101,13 +102,14 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     assert!(dockerfile.contains(&format!("mvp_wasm_filter.wasm {}", flag(&args, "--wasm"))), "Dockerfile does not install the wasm at --wasm");
     assert!(dockerfile.contains("/usr/share/mvp/fixtures/discovery"));
 
-    // …and is exactly what the current code renders for it.
-    let out = Command::new(ext_proc_bin().unwrap()).args(&args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        String::from_utf8(out.stdout).unwrap() == yaml,
-        "envoy/envoy.yaml is stale: run scripts/render-envoy-config.sh"
-    );
+    // envoy/envoy.yaml is exactly what the current code renders for it.
+    let rendered = mvp_ext_proc::cli::envoy_config_yaml(&args).unwrap();
+    let path = workspace_root().join("envoy/envoy.yaml");
+    if std::env::var_os("MVP_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &rendered).unwrap();
+    }
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    assert!(rendered == yaml, "envoy/envoy.yaml is stale: run scripts/render-envoy-config.sh");
 }
 
 #[test]

@@ -15,6 +15,7 @@
 pub mod get_table;
 pub mod host;
 pub mod identity;
+pub mod list_options;
 pub mod refresher;
 pub mod requestinfo;
 pub mod route;

@@ -34,7 +34,7 @@ fn publishes_a_new_table_and_asks_with_its_version() {
 
     let worker = host.sibling();
     let table = WorkerTable::default();
-    assert!(matches!(table.refresh(&worker), Load::Loaded));
+    assert!(matches!(table.load_published(&worker), Load::Loaded));
 
     let next = r.next_call().unwrap();
     let len = u32::from_be_bytes(next.body[1..5].try_into().unwrap()) as usize;

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
 use super::*;
+use crate::list_options::exact_name;
 
 fn s(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -200,18 +201,13 @@ proptest::proptest! {
 fn agrees(raw: &[u8]) -> bool {
     let t = DecodedPath::parse(raw);
     let key = route_key(&t);
-    [Method::Get, Method::Post, Method::Delete, Method::Other].into_iter().all(|m| {
-        let want = match t.classify(m) {
-            RequestInfo::Resource(r) => RouteKey::Resource {
-                group: r.group,
-                version: r.version,
-                resource: r.resource,
-                subresource: r.subresource,
-            },
-            RequestInfo::Discovery { group, version } => RouteKey::Discovery { group, version },
-            RequestInfo::NonResource | RequestInfo::Invalid => RouteKey::None,
-        };
-        want == key
+    [Method::Get, Method::Post, Method::Delete, Method::Other].into_iter().all(|m| match (t.classify(m), key) {
+        (RequestInfo::Resource(r), RouteKey::Resource { group, version, resource, subresource }) => {
+            (r.group, r.version, r.resource, r.subresource) == (group, version, resource, subresource)
+        }
+        (RequestInfo::Discovery { group: g, version: v }, RouteKey::Discovery { group, version }) => (g, v) == (group, version),
+        (RequestInfo::NonResource | RequestInfo::Invalid, RouteKey::None) => true,
+        _ => false,
     })
 }
 

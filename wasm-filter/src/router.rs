@@ -72,7 +72,7 @@ impl Router {
     }
 
     fn load_table<H: Host>(&self, host: &H) {
-        match self.table.refresh(host) {
+        match self.table.load_published(host) {
             Load::Unchanged => {}
             Load::Loaded => {
                 host.count(Counter::TableLoads, 1);

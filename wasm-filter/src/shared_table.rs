@@ -44,7 +44,7 @@ impl WorkerTable {
 
     /// One 8-byte shared-data read per call; the table itself is copied and
     /// decoded only when its version changed.
-    pub fn refresh<H: Host>(&self, host: &H) -> Load {
+    pub fn load_published<H: Host>(&self, host: &H) -> Load {
         let published = match host.shared_data(VERSION_KEY) {
             Ok(Some(v)) => decode_version(&v),
             Ok(None) => None,

@@ -16,13 +16,13 @@ fn a_worker_loads_what_the_refresher_published_once_per_version() {
     let refresher = FakeHost::default();
     let worker = refresher.sibling();
     let table = WorkerTable::default();
-    assert!(matches!(table.refresh(&worker), Load::Unchanged));
+    assert!(matches!(table.load_published(&worker), Load::Unchanged));
     assert_eq!(table.current().version(), 0);
 
     publish(&refresher, &new_table(&sample())).unwrap();
-    assert!(matches!(table.refresh(&worker), Load::Loaded));
+    assert!(matches!(table.load_published(&worker), Load::Loaded));
     assert_eq!(table.current().version(), 7);
-    assert!(matches!(table.refresh(&worker), Load::Unchanged));
+    assert!(matches!(table.load_published(&worker), Load::Unchanged));
 }
 
 #[test]
@@ -31,9 +31,9 @@ fn a_bad_table_keeps_the_last_good_one() {
     let worker = refresher.sibling();
     let table = WorkerTable::default();
     publish(&refresher, &new_table(&sample())).unwrap();
-    table.refresh(&worker);
+    table.load_published(&worker);
     publish(&refresher, &NewTable { version: 8, encoded: b"\xff\xff".to_vec() }).unwrap();
-    assert!(matches!(table.refresh(&worker), Load::Rejected(_)));
+    assert!(matches!(table.load_published(&worker), Load::Rejected(_)));
     assert_eq!(table.current().version(), 7);
 }
 

@@ -100,10 +100,7 @@ pub(super) fn check_segment(what: &str, s: &str) -> Result<(), DocumentError> {
 mod tests {
     use super::*;
 
-    fn fixture(release: &str, file: &str) -> Vec<u8> {
-        let p = format!("{}/../integration/fixtures/discovery/{release}/{file}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
-    }
+    use crate::testdata::fixture;
 
     #[test]
     fn real_fixtures_parse() {

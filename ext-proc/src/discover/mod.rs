@@ -35,8 +35,9 @@ pub struct ServerView {
 
 use crate::apiservers::ApiserverSpec;
 
-/// Exactly client-go's `AcceptV2NoPeer` list, plus v2beta1 for 1.26–1.32
-/// servers that lack v2, then unaggregated JSON for older ones.
+/// Exactly client-go's `AcceptV2NoPeer` list, plus v2beta1 for 1.26–1.29
+/// servers that lack v2 (1.30–1.32 serve both, 1.33+ only v2), then
+/// unaggregated JSON for servers older than 1.26.
 pub const DISCOVERY_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
 #[derive(Debug, Clone)]

@@ -181,10 +181,7 @@ mod tests {
     use super::*;
     use crate::apidiscovery::APIGroupDiscoveryList;
 
-    fn fixture(release: &str, file: &str) -> Vec<u8> {
-        let p = format!("{}/../integration/fixtures/discovery/{release}/{file}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
-    }
+    use crate::testdata::fixture;
 
     #[test]
     fn aggregated_and_unaggregated_agree_for_core() {

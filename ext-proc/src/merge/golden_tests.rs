@@ -13,8 +13,7 @@ use super::merged::MergedDocument;
 use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList};
 
 fn fixture(release: &str) -> Vec<APIGroupDiscovery> {
-    let p = format!("{}/../integration/fixtures/discovery/{release}/apis.json", env!("CARGO_MANIFEST_DIR"));
-    let list: APIGroupDiscoveryList = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let list: APIGroupDiscoveryList = serde_json::from_slice(&crate::testdata::fixture(release, "apis.json")).unwrap();
     list.items
 }
 

@@ -8,12 +8,14 @@
 //!
 //! [`exchange`] (what the response phase knows of the request) →
 //! [`negotiate`] (which answer the client asked for) → [`decide`] (what it
-//! gets) → [`response`] (the ext_proc message) ← [`server`] (the stream loop).
+//! gets) → [`response`] (the ext_proc message), by [`server`] (the phase
+//! handler) on [`stream`] (the stream loop).
 
 pub mod decide;
 pub mod exchange;
 pub mod negotiate;
 pub mod response;
 pub mod server;
+pub mod stream;
 
 pub use exchange::REQUEST_ATTRIBUTES;

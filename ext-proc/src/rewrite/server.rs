@@ -1,7 +1,8 @@
-//! `envoy.service.ext_proc.v3.ExternalProcessor` for `/apis`: the stream
-//! loop. Envoy sends only the response-headers message (request headers
-//! ride along as attributes; no bodies, no trailers): each one is decided
-//! by [`decide`] and answered by [`response`].
+//! `envoy.service.ext_proc.v3.ExternalProcessor` for `/apis`: the
+//! per-phase handler. Envoy sends only the response-headers message
+//! (request headers ride along as attributes; no bodies, no trailers): each
+//! one is decided by [`decide`] and answered by [`response`], on the
+//! [`super::stream`] loop.
 
 use std::sync::Arc;
 
@@ -9,13 +10,13 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpHeaders, ProcessingRequest, ProcessingResponse, external_processor_server::ExternalProcessor,
     external_processor_server::ExternalProcessorServer, processing_request,
 };
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::decide::{Outcome, Pass, decide};
 use super::exchange::Exchange;
 use super::response;
+use super::stream::{Responses, answer_each};
 use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
 
@@ -59,44 +60,20 @@ fn header<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
 
 #[tonic::async_trait]
 impl ExternalProcessor for Rewriter {
-    type ProcessStream = ReceiverStream<Result<ProcessingResponse, Status>>;
+    type ProcessStream = Responses;
 
-    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Self::ProcessStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(4);
+    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let msg = match inbound.message().await {
-                    Ok(Some(m)) => m,
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "ext_proc stream ended with an error");
-                        break;
-                    }
-                };
-                let out = match msg.request {
-                    Some(processing_request::Request::ResponseHeaders(h)) => {
-                        this.on_response_headers(&h, &Exchange::from_attributes(&msg.attributes))
-                    }
-                    // Not configured (only response headers are sent); an
-                    // error makes Envoy fall back (failure_mode_allow) rather
-                    // than guess.
-                    other => {
-                        let _ = tx
-                            .send(Err(Status::failed_precondition(format!(
-                                "mvp-ext-proc handles only the response-headers phase, got {:?}",
-                                other.map(|o| std::mem::discriminant(&o))
-                            ))))
-                            .await;
-                        break;
-                    }
-                };
-                if tx.send(Ok(out)).await.is_err() {
-                    break;
-                }
+        Ok(Response::new(answer_each(request.into_inner(), move |msg| match msg.request {
+            Some(processing_request::Request::ResponseHeaders(h)) => {
+                Ok(this.on_response_headers(&h, &Exchange::from_attributes(&msg.attributes)))
             }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+            // Not configured (only response headers are sent); an error makes
+            // Envoy fall back (failure_mode_allow) rather than guess.
+            other => Err(Status::failed_precondition(format!(
+                "mvp-ext-proc handles only the response-headers phase, got {:?}",
+                other.map(|o| std::mem::discriminant(&o))
+            ))),
+        })))
     }
 }

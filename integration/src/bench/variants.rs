@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::docs::Table;
+use super::api_set::ApiSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -78,7 +78,7 @@ impl Variant {
     }
 
     /// `router_port`: where the `ext-proc-router` of variant (5) listens.
-    pub fn config(&self, mut config: Value, table: &Table, address: &dyn Fn(&str) -> String, router_port: u16) -> Result<Value> {
+    pub fn config(&self, mut config: Value, table: &ApiSet, address: &dyn Fn(&str) -> String, router_port: u16) -> Result<Value> {
         if *self == Variant::ExtProc {
             add_router_cluster(&mut config, router_port)?;
         }

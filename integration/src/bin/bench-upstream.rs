@@ -70,7 +70,7 @@ async fn handle(server: Arc<Server>, req: Request<Incoming>) -> Result<Response<
             Response::new(Full::new(Bytes::from_static(b"replaced\n")))
         }
         _ => {
-            let routed = req.headers().get("x-mvp-route").cloned();
+            let routed = req.headers().get(mvp_contract::headers::ROUTE).cloned();
             let mut b = Response::builder().header("content-type", "text/plain").header("x-upstream", &server.name);
             if let Some(r) = routed {
                 b = b.header("x-routed", r);

@@ -20,8 +20,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use mvp_protos::routing::v1 as pb;
 use mvp_wasm_filter::table::RouteTable;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use mvp_ext_proc::rewrite::stream::{Responses, answer_each};
 use tonic::{Request, Response, Status, Streaming};
 
 #[derive(Parser)]
@@ -94,28 +93,17 @@ impl Router {
 
 #[tonic::async_trait]
 impl ExternalProcessor for Router {
-    type ProcessStream = ReceiverStream<Result<ProcessingResponse, Status>>;
+    type ProcessStream = Responses;
 
-    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Self::ProcessStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(4);
+    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
         let this = self.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(msg)) = inbound.message().await {
-                let Some(processing_request::Request::RequestHeaders(h)) = msg.request else { break };
-                let path = h
-                    .headers
-                    .iter()
-                    .flat_map(|m| &m.headers)
-                    .find(|v| v.key == ":path")
-                    .map(|v| String::from_utf8_lossy(&v.raw_value).into_owned())
-                    .unwrap_or_default();
-                if tx.send(Ok(this.route(&path))).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(answer_each(request.into_inner(), move |msg| {
+            let Some(processing_request::Request::RequestHeaders(h)) = msg.request else {
+                return Err(Status::failed_precondition("only request headers are routed"));
+            };
+            let path = h.headers.iter().flat_map(|m| &m.headers).find(|v| v.key == ":path").map(|v| v.raw_value.as_slice());
+            Ok(this.route(&String::from_utf8_lossy(path.unwrap_or_default())))
+        })))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use anyhow::Context;
 use clap::Parser;
 use integration::fake::auth::AuthConfig;
-use integration::fake::documents::Documents;
+use integration::fake::fixtures::Documents;
 use integration::fake::tls::TlsServing;
 use integration::fake::server::{FakeState, router};
 

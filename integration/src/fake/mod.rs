@@ -3,6 +3,10 @@
 //! like kube-apiserver when asked to, and speak TLS when given certificates.
 
 pub mod auth;
-pub mod documents;
+mod control;
+mod discovery;
+pub mod fixtures;
+mod resources;
 pub mod server;
 pub mod tls;
+mod upgrade;

@@ -15,16 +15,16 @@ pub struct Entry {
     pub mask: u8,
 }
 
-pub struct Table {
+pub struct ApiSet {
     pub servers: Vec<String>,
     pub entries: Vec<Entry>,
 }
 
 const ALL: u8 = 0b111;
 
-impl Table {
+impl ApiSet {
     /// 50 → 10 groups × 1 version × 5 resources; 5,000 → 100 × 2 × 25.
-    pub fn generate(gvrs: usize) -> Table {
+    pub fn generate(gvrs: usize) -> ApiSet {
         let (groups, versions, resources) = if gvrs <= 50 { (10, 1, 5) } else { (100, 2, 25) };
         let mut entries = Vec::new();
         let mut i = 0usize;
@@ -48,7 +48,7 @@ impl Table {
                 }
             }
         }
-        Table { servers: vec!["a".into(), "b".into(), "c".into()], entries }
+        ApiSet { servers: vec!["a".into(), "b".into(), "c".into()], entries }
     }
 
     /// A namespaced get of a resource served by a and b only: the filter

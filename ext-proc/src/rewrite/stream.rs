@@ -1,0 +1,35 @@
+//! The ext_proc stream loop: each message Envoy sends on a stream is
+//! answered by a handler, in order, until Envoy closes the stream or the
+//! handler answers with an error (Envoy then falls back as configured).
+
+use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+pub type Responses = ReceiverStream<Result<ProcessingResponse, Status>>;
+
+pub fn answer_each<F>(mut inbound: Streaming<ProcessingRequest>, handle: F) -> Responses
+where
+    F: Fn(ProcessingRequest) -> Result<ProcessingResponse, Status> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        loop {
+            let msg = match inbound.message().await {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "ext_proc stream ended with an error");
+                    break;
+                }
+            };
+            let out = handle(msg);
+            let last = out.is_err();
+            if tx.send(out).await.is_err() || last {
+                break;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}

@@ -1,0 +1,114 @@
+//! The processes one benchmark topology shares across its Envoy variants:
+//! the upstream apiservers, mvp-ext-proc and variant (5)'s ext_proc router.
+//! Flags, rendering and readiness come from the harness's [`Topology`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use serde_json::Value;
+
+use crate::harness::topology::all_healthy;
+use crate::harness::{Ports, Proc, Topology, envoy_bin, ext_proc_bin, free_ports, wait_for};
+
+pub struct Backend {
+    dir: PathBuf,
+    /// Held so the upstream lives as long as the backend.
+    _upstream: Proc,
+    pub ext_proc: Proc,
+    /// Variant (5)'s ext_proc server.
+    pub router: Proc,
+    pub router_port: u16,
+    servers: Vec<(String, u16)>,
+    topology: Topology,
+    pub http: reqwest::Client,
+    pub refresh: Duration,
+}
+
+/// A binary next to mvp-ext-proc: the same profile.
+fn bin(name: &str) -> Result<PathBuf> {
+    let p = ext_proc_bin()?.with_file_name(name);
+    if !p.exists() {
+        bail!("{} not found: build the integration binaries (scripts/bench.sh does)", p.display());
+    }
+    Ok(p)
+}
+
+impl Backend {
+    pub async fn start(dir: &Path, servers: &[(&str, &Path)], refresh: Duration) -> Result<Backend> {
+        let mut free = free_ports(servers.len() + 3).into_iter();
+        let ports: Vec<(String, u16)> = servers.iter().map(|(n, _)| (n.to_string(), free.next().unwrap_or(0))).collect();
+        let mut args = Vec::new();
+        for ((name, port), (_, docs)) in ports.iter().zip(servers) {
+            args.push("--server".to_string());
+            args.push(format!("{name}=127.0.0.1:{port}={}", docs.display()));
+        }
+        let upstream = Proc::spawn_pinned("bench-upstream", dir, "1", &bin("bench-upstream")?, &args)?;
+        let (grpc, metrics, router_port) = (free.next().unwrap_or(0), free.next().unwrap_or(0), free.next().unwrap_or(0));
+        let apiservers = ports.iter().map(|(n, p)| (n.clone(), format!("http://127.0.0.1:{p}"))).collect();
+        let mut topology = Topology::new(apiservers, Ports { listen: 0, admin: 0, grpc, metrics });
+        topology.refresh_interval = refresh;
+        let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &topology.serve_args())?;
+        let router_args =
+            vec!["--listen".to_string(), format!("127.0.0.1:{router_port}"), "--table-from".into(), format!("127.0.0.1:{grpc}")];
+        let router = Proc::spawn_pinned("ext-proc-router", dir, "0", &bin("ext-proc-router")?, &router_args)?;
+        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
+        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, router, router_port, servers: ports, topology, http, refresh };
+        let want = servers.len();
+        b.topology.wait_table(&b.http, |t| all_healthy(t) && t["apiservers"].as_array().is_some_and(|a| a.len() == want)).await?;
+        Ok(b)
+    }
+
+    pub fn address(&self, name: &str) -> String {
+        let port = self.servers.iter().find(|(n, _)| n == name).map(|(_, p)| *p).unwrap_or(0);
+        format!("127.0.0.1:{port}")
+    }
+
+    fn front(&self, listen: u16, admin: u16) -> Topology {
+        let mut t = self.topology.clone();
+        t.ports.listen = listen;
+        t.ports.admin = admin;
+        t
+    }
+
+    /// The rendered production bootstrap for these upstreams.
+    pub fn render(&self, listen: u16, admin: u16) -> Result<Value> {
+        Ok(serde_yaml_ng::from_str(&self.front(listen, admin).render_envoy_config()?)?)
+    }
+
+    /// Starts Envoy with `config`, pinned to core 0 unless `concurrency` > 1.
+    pub async fn envoy(&self, name: &str, config: &Value, listen: u16, admin: u16, concurrency: u32, wait_table: bool) -> Result<Proc> {
+        let path = self.dir.join(format!("envoy-{name}.yaml"));
+        std::fs::write(&path, serde_yaml_ng::to_string(config)?)?;
+        let cores = if concurrency > 1 { "0,1" } else { "0" };
+        let args = Topology::envoy_args(&path, concurrency, "warning");
+        let envoy = Proc::spawn_pinned(&format!("envoy-{name}"), &self.dir, cores, &envoy_bin()?, &args)?;
+        let front = self.front(listen, admin);
+        front.wait_envoy_ready(&self.http).await?;
+        if wait_table {
+            front.wait_table_published(&self.http, |_| true).await?;
+        }
+        Ok(envoy)
+    }
+
+    /// Envoy's admin stat on `admin`.
+    pub async fn stat(&self, admin: u16, name: &str) -> Option<u64> {
+        self.front(0, admin).envoy_stat(&self.http, name).await
+    }
+}
+
+/// Variant (2)'s VM memory gauge name.
+pub const VM_MEMORY_STAT: &str = "wasmcustom.mvp.router.vm_memory_bytes";
+
+pub async fn wait_routed(http: &reqwest::Client, url: &str, addr: &str) -> Result<()> {
+    wait_for("the new table to route on every worker", Duration::from_secs(10), || async {
+        for _ in 0..8 {
+            let resp = http.get(url).send().await.ok()?;
+            if resp.headers().get("x-routed")?.to_str().ok()? != addr {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await
+}

@@ -1,0 +1,97 @@
+//! `demo [--smoke]`: the README's demo, started by `scripts/demo.sh`. Fake
+//! kube-apiservers of Kubernetes v1.30, v1.33 and v1.37, mvp-ext-proc, and
+//! Envoy with the mvp wasm filter in front of them: the test harness's
+//! front door on fixed loopback ports. Prints what to try, then runs until
+//! Ctrl-C; `--smoke` checks that skewed APIs reach their server and exits.
+//!
+//! Ports move with `MVP_DEMO_PORT_BASE` (default 8400): front door BASE+43,
+//! Envoy admin BASE+1, mvp-ext-proc gRPC BASE+10 and metrics BASE+90,
+//! apiservers BASE+30, BASE+33, BASE+37.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use integration::harness::{FakeSpec, FrontDoor, Options, Ports, workspace_root};
+
+#[derive(Parser)]
+struct Args {
+    /// Start, check the front door routes, stop.
+    #[arg(long)]
+    smoke: bool,
+}
+
+/// A v1.37-only and a v1.30-only API, and who must answer them.
+const SKEWED: [(&str, &str); 2] =
+    [("/apis/lifecycle.k8s.io/v1alpha1/evictionrequests", "v137"), ("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", "v130")];
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let base: u16 = std::env::var("MVP_DEMO_PORT_BASE").ok().map(|b| b.parse()).transpose().context("MVP_DEMO_PORT_BASE")?.unwrap_or(8400);
+    let ports = Ports { listen: base + 43, admin: base + 1, grpc: base + 10, metrics: base + 90 };
+    let dir = workspace_root().join(".tools/demo");
+    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")];
+    let options = Options {
+        refresh_interval: Duration::from_millis(500),
+        fixed_ports: Some((ports, vec![base + 30, base + 33, base + 37])),
+        dir: Some(dir.clone()),
+        ..Options::default()
+    };
+    let door = FrontDoor::start(&specs, options).await.context("starting the demo")?;
+    let front = format!("http://127.0.0.1:{}", ports.listen);
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: mvp-demo, cluster: {{server: \"{front}\"}}}}]\ncontexts: [{{name: mvp-demo, context: {{cluster: mvp-demo, user: demo}}}}]\nusers: [{{name: demo, user: {{}}}}]\ncurrent-context: mvp-demo\n"
+        ),
+    )?;
+
+    if args.smoke {
+        for _ in 0..3 {
+            for (path, want) in SKEWED {
+                let resp = door.http.get(door.url(path)).send().await?;
+                let got = resp.headers().get("x-fake-apiserver").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                if got != want {
+                    bail!("smoke: {path} served by '{got}', want {want}");
+                }
+            }
+        }
+        println!("demo smoke: ok (v1.37-only and v1.30-only APIs each reached their server)");
+        return Ok(());
+    }
+
+    let (admin, metrics, kc) = (ports.admin, ports.metrics, kubeconfig.display());
+    let v137_pid = door.fake("v137").proc.pid();
+    println!(
+        r#"
+mvp-envoy demo is up. Front door: {front}  (apiservers v1.30, v1.33, v1.37 behind it)
+
+  # a v1.37-only API: always answered by v137
+  curl -s {front}/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests -D - -o /dev/null | grep x-fake-apiserver
+  # a v1.30-only API: always answered by v130
+  curl -s {front}/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas -D - -o /dev/null | grep x-fake-apiserver
+  # an API nobody serves: the apiserver's own 404 Status
+  curl -s {front}/apis/example.com/v1/widgets
+  # the same through kubectl (pre-installed, and 1.37)
+  kubectl --kubeconfig {kc} get --raw /apis/lifecycle.k8s.io/v1alpha1/evictionrequests
+  .tools/venv/bin/kubectl --kubeconfig {kc} get --raw /apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas
+  # routing table and apiserver health, metrics, Envoy's view
+  curl -s http://127.0.0.1:{metrics}/table
+  curl -s http://127.0.0.1:{metrics}/metrics
+  curl -s "http://127.0.0.1:{admin}/stats?filter=wasmcustom"
+  # stop one apiserver and watch its APIs turn into 503 Status while shared ones fail over
+  kill {v137_pid}
+
+Logs: {}/*.log   Ctrl-C stops everything."#,
+        dir.display()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    drop(door);
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The fake's test-control endpoints (`/__fake/*`): switch release or
+//! documents at runtime, read the request counters.
+
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::fixtures::Documents;
+use super::server::{FakeState, json_response};
+
+#[derive(serde::Deserialize)]
+pub(super) struct ReleaseQuery {
+    name: String,
+}
+
+/// Test control: serve another release's documents from now on.
+pub(super) async fn set_release(State(s): State<FakeState>, Query(q): Query<ReleaseQuery>) -> Response {
+    match Documents::load(&s.fixtures, &q.name) {
+        Ok(d) => {
+            *s.docs.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(d);
+            (StatusCode::OK, format!("now serving {}\n", q.name)).into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// Test control: serve arbitrary aggregated documents
+/// `{"api": …, "apis": …, "apiV1": …}` from now on.
+pub(super) async fn set_documents(State(s): State<FakeState>, body: Bytes) -> Response {
+    let parsed: Result<Value, _> = serde_json::from_slice(&body);
+    let result = parsed.map_err(anyhow::Error::from).and_then(|v| {
+        let release = s.docs().release.clone();
+        Documents::from_values(&release, v["api"].clone(), v["apis"].clone(), v["apiV1"].clone())
+    });
+    match result {
+        Ok(d) => {
+            *s.docs.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(d);
+            (StatusCode::OK, "documents replaced\n").into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e:#}\n")).into_response(),
+    }
+}
+
+pub(super) async fn stats(State(s): State<FakeState>) -> Response {
+    let st = &s.stats;
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "aggregatedOk": st.aggregated_ok.load(Ordering::Relaxed),
+            "notModified": st.not_modified.load(Ordering::Relaxed),
+            "resourceRequests": st.resource_requests.load(Ordering::Relaxed),
+        }),
+    )
+}
+
+pub(super) async fn set_apis_body(State(s): State<FakeState>, body: Bytes) -> Response {
+    *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = Some(body);
+    "apis body overridden\n".into_response()
+}
+
+pub(super) async fn clear_apis_body(State(s): State<FakeState>) -> Response {
+    *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = None;
+    "apis body restored\n".into_response()
+}

@@ -1,0 +1,179 @@
+//! Resource requests on a fake apiserver: parsed independently of the
+//! filter's classifier, answered with what was understood, or kube's 404.
+
+use std::collections::BTreeMap;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use std::sync::atomic::Ordering;
+
+use super::fixtures::Documents;
+use super::server::{FakeState, json_response, not_found};
+
+pub(super) fn echo_headers(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
+    headers
+        .keys()
+        .map(|k| {
+            let values = headers.get_all(k).iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect();
+            (k.as_str().to_string(), values)
+        })
+        .collect()
+}
+
+#[derive(Debug, Default)]
+pub(super) struct ResourcePath<'a> {
+    pub(super) group: &'a str,
+    pub(super) version: &'a str,
+    pub(super) namespace: &'a str,
+    pub(super) resource: &'a str,
+    pub(super) name: &'a str,
+    pub(super) subresource: &'a str,
+    pub(super) special_verb: &'a str,
+}
+
+/// Reads `/api/v1/...` and `/apis/g/v/...` the way the URL forms in the
+/// Kubernetes API conventions describe them.
+pub(super) fn parse_resource_path<'a>(parts: &[&'a str]) -> Option<ResourcePath<'a>> {
+    let mut p = ResourcePath::default();
+    let rest: &[&'a str] = match parts {
+        ["api", v, rest @ ..] => {
+            p.version = v;
+            rest
+        }
+        ["apis", g, v, rest @ ..] => {
+            p.group = g;
+            p.version = v;
+            rest
+        }
+        _ => return None,
+    };
+    let rest = match rest {
+        [verb @ ("watch" | "proxy"), rest @ ..] if !rest.is_empty() => {
+            p.special_verb = verb;
+            rest
+        }
+        other => other,
+    };
+    let rest = match rest {
+        ["namespaces", ns, next, rest @ ..] if *next != "status" && *next != "finalize" => {
+            p.namespace = ns;
+            std::slice::from_ref(next).iter().chain(rest.iter()).copied().collect::<Vec<_>>()
+        }
+        ["namespaces", ns, rest @ ..] => {
+            p.namespace = ns;
+            std::iter::once("namespaces").chain(std::iter::once(*ns)).chain(rest.iter().copied()).collect()
+        }
+        other => other.to_vec(),
+    };
+    p.resource = rest.first().copied()?;
+    p.name = rest.get(1).copied().unwrap_or("");
+    if p.special_verb != "proxy" {
+        p.subresource = rest.get(2).copied().unwrap_or("");
+    }
+    Some(p)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn resource(
+    s: &FakeState,
+    docs: &Documents,
+    p: ResourcePath<'_>,
+    method: &str,
+    query: &str,
+    headers: &HeaderMap,
+    raw_path: &str,
+    user: &super::auth::UserInfo,
+) -> Response {
+    s.stats.resource_requests.fetch_add(1, Ordering::Relaxed);
+    let key = (p.group.to_string(), p.version.to_string(), p.resource.to_string());
+    let Some(found) = docs.resources.get(&key) else {
+        return not_found();
+    };
+    let kind = &found.kind;
+    if !p.subresource.is_empty() && !found.subresources.contains(p.subresource) {
+        return not_found();
+    }
+    let echoed = echo_headers(headers);
+    let watch = p.special_verb == "watch"
+        || query.split('&').any(|kv| kv.starts_with("watch=") && !matches!(kv, "watch=0" | "watch=false" | "watch=False"));
+    let api_version = if p.group.is_empty() { p.version.to_string() } else { format!("{}/{}", p.group, p.version) };
+    let served = json!({
+        "server": s.name,
+        "release": docs.release,
+        "method": method,
+        "path": raw_path,
+        "query": query,
+        "group": p.group,
+        "version": p.version,
+        "resource": p.resource,
+        "subresource": p.subresource,
+        "namespace": p.namespace,
+        "name": p.name,
+        "watch": watch,
+        "headers": echoed,
+        "user": user,
+    });
+    let mut resp = if watch {
+        // An ADDED event at once, then (with ?bookmarks=N) N bookmarks 100 ms
+        // apart, flushed one by one: a front door that buffered the stream
+        // would deliver the first event only at the end.
+        let event = json!({"type": "ADDED", "object": {"apiVersion": api_version, "kind": kind, "metadata": {"name": "fake", "namespace": p.namespace, "resourceVersion": "1"}}, "servedBy": served});
+        let bookmarks: u32 = query.split('&').find_map(|kv| kv.strip_prefix("bookmarks=")?.parse().ok()).unwrap_or(0);
+        let mut first = serde_json::to_vec(&event).unwrap_or_default();
+        first.push(b'\n');
+        let kind = kind.clone();
+        let stream = futures::stream::unfold(0u32, move |i| {
+            let first = first.clone();
+            let kind = kind.clone();
+            async move {
+                if i == 0 {
+                    return Some((Ok::<_, std::io::Error>(Bytes::from(first)), 1));
+                }
+                if i > bookmarks {
+                    return None;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": {"kind": kind, "metadata": {"resourceVersion": (i + 1).to_string()}}})).unwrap_or_default();
+                line.push(b'\n');
+                Some((Ok(Bytes::from(line)), i + 1))
+            }
+        });
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from_stream(stream))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    } else if p.name.is_empty() && method == "GET" {
+        json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": [], "servedBy": served}))
+    } else {
+        json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": if p.name.is_empty() { "fake" } else { p.name }, "namespace": p.namespace}, "servedBy": served}))
+    };
+    if let Ok(v) = HeaderValue::from_str(&s.name) {
+        resp.headers_mut().insert("x-fake-apiserver", v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(path: &str) -> Option<String> {
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        parse_resource_path(&parts).map(|p| format!("{}|{}|{}|{}|{}|{}", p.group, p.version, p.namespace, p.resource, p.name, p.subresource))
+    }
+
+    #[test]
+    fn url_forms() {
+        assert_eq!(parse("/api/v1/pods").as_deref(), Some("|v1||pods||"));
+        assert_eq!(parse("/api/v1/namespaces/ns/pods/p/log").as_deref(), Some("|v1|ns|pods|p|log"));
+        assert_eq!(parse("/api/v1/namespaces/ns").as_deref(), Some("|v1|ns|namespaces|ns|"));
+        assert_eq!(parse("/api/v1/namespaces/ns/status").as_deref(), Some("|v1|ns|namespaces|ns|status"));
+        assert_eq!(parse("/apis/apps/v1/watch/namespaces/ns/deployments").as_deref(), Some("apps|v1|ns|deployments||"));
+        assert_eq!(parse("/api/v1/proxy/nodes/n/x/y").as_deref(), Some("|v1||nodes|n|"));
+        assert_eq!(parse("/other"), None);
+    }
+}

@@ -1,0 +1,139 @@
+//! Fake apiservers in a test topology: what each serves and how it
+//! authenticates, as `fake-apiserver` flags.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::process::Proc;
+use super::tools::{fake_bin, fixtures_dir};
+
+#[derive(Clone, Debug)]
+pub struct FakeSpec {
+    pub name: String,
+    pub release: String,
+    pub aggregated: bool,
+    /// Group-versions the old server's `/apis` lists but does not serve.
+    pub listed_only: Vec<String>,
+    /// `v2` or `v2beta1`.
+    pub aggregated_version: String,
+    pub bearer_token: Option<String>,
+    pub tls: Option<FakeTls>,
+}
+
+/// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
+#[derive(Clone, Debug)]
+pub struct FakeTls {
+    pub serving: crate::pki::Leaf,
+    pub client_ca: PathBuf,
+    pub requestheader_ca: PathBuf,
+    pub requestheader_allowed_names: Vec<String>,
+    /// `TOKEN=USER[:GROUPS]`
+    pub tokens: Vec<String>,
+}
+
+impl FakeSpec {
+    pub fn new(name: &str, release: &str) -> FakeSpec {
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None }
+    }
+
+    /// Serves TLS and authenticates like kube-apiserver.
+    pub fn with_tls(mut self, tls: FakeTls) -> FakeSpec {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` (401 otherwise).
+    pub fn with_token(mut self, token: &str) -> FakeSpec {
+        self.bearer_token = Some(token.into());
+        self
+    }
+
+    /// A Kubernetes 1.26–1.29 server: aggregated discovery only as v2beta1.
+    pub fn v2beta1(mut self) -> FakeSpec {
+        self.aggregated_version = "v2beta1".into();
+        self
+    }
+
+    /// A server older than Kubernetes 1.26: unaggregated discovery only.
+    pub fn old(mut self) -> FakeSpec {
+        self.aggregated = false;
+        self
+    }
+
+    pub fn listing_unserved(mut self, gv: &str) -> FakeSpec {
+        self.listed_only.push(gv.into());
+        self
+    }
+}
+
+pub struct Fake {
+    pub spec: FakeSpec,
+    pub port: u16,
+    pub proc: Proc,
+}
+
+impl Fake {
+    /// The fake's own counters (`/__fake/stats`).
+    pub async fn stats(&self, http: &reqwest::Client) -> Option<Value> {
+        http.get(format!("{}/__fake/stats", self.url())).send().await.ok()?.json().await.ok()
+    }
+
+    pub fn url(&self) -> String {
+        let scheme = if self.spec.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
+    let mut args = vec![
+        "--name".into(),
+        spec.name.clone(),
+        "--release".into(),
+        spec.release.clone(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--fixtures".into(),
+        fixtures_dir().to_string_lossy().into_owned(),
+    ];
+    if !spec.aggregated {
+        args.push("--no-aggregated-discovery".into());
+    }
+    args.push("--aggregated-discovery-version".into());
+    args.push(spec.aggregated_version.clone());
+    if let Some(t) = &spec.bearer_token {
+        args.push("--require-bearer-token".into());
+        args.push(t.clone());
+    }
+    if let Some(t) = &spec.tls {
+        let p = |p: &Path| p.to_string_lossy().into_owned();
+        args.extend([
+            "--tls-cert-file".into(),
+            p(&t.serving.cert_file),
+            "--tls-private-key-file".into(),
+            p(&t.serving.key_file),
+            "--client-ca-file".into(),
+            p(&t.client_ca),
+            "--requestheader-client-ca-file".into(),
+            p(&t.requestheader_ca),
+        ]);
+        if !t.requestheader_allowed_names.is_empty() {
+            args.push("--requestheader-allowed-names".into());
+            args.push(t.requestheader_allowed_names.join(","));
+        }
+        for tok in &t.tokens {
+            args.push("--token".into());
+            args.push(tok.clone());
+        }
+    }
+    for gv in &spec.listed_only {
+        args.push("--list-unserved-group-version".into());
+        args.push(gv.clone());
+    }
+    Proc::spawn(&format!("fake-{}", spec.name), dir, &fake_bin()?, &args)
+}

@@ -1,0 +1,279 @@
+//! The real front door on loopback for a test (or the demo): fake
+//! apiservers of given releases, `mvp-ext-proc serve`, and Envoy 1.40 running
+//! the bootstrap `mvp-ext-proc envoy-config` renders, all from one
+//! [`Topology`]. Every process is killed when the `FrontDoor` drops; a
+//! failing test prints the tail of each process's log.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use super::fakes::{Fake, FakeSpec, start_fake};
+use super::process::{Proc, free_ports, wait_for};
+use super::tools::{envoy_bin, ext_proc_bin};
+use super::topology::{Ports, Topology};
+use crate::pki::Pki;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub refresh_interval: Duration,
+    pub retention: Duration,
+    pub concurrency: u32,
+    /// Edits the rendered bootstrap before Envoy starts (negative tests).
+    pub edit_config: Option<fn(String) -> String>,
+    /// Extra `mvp-ext-proc serve` flags.
+    pub ext_proc_args: Vec<String>,
+    /// Bearer token mvp-ext-proc sends with its discovery requests.
+    pub discovery_token: Option<String>,
+    /// TLS everywhere (see [`Topology::tls`]).
+    pub tls: Option<Arc<Pki>>,
+    /// Fixed ports (the demo's): the front door's, then one per fake in
+    /// order. Free ones otherwise.
+    pub fixed_ports: Option<(Ports, Vec<u16>)>,
+    /// Where process logs go; a temporary directory otherwise.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            refresh_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(300),
+            concurrency: 2,
+            edit_config: None,
+            ext_proc_args: vec![],
+            discovery_token: None,
+            tls: None,
+            fixed_ports: None,
+            dir: None,
+        }
+    }
+}
+
+/// The directory holding a front door's logs and files.
+pub struct Workdir {
+    path: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Workdir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+pub struct FrontDoor {
+    pub topology: Topology,
+    pub fakes: Vec<Fake>,
+    pub ext_proc: Proc,
+    pub envoy: Proc,
+    pub listen_port: u16,
+    pub admin_port: u16,
+    pub metrics_port: u16,
+    pub grpc_port: u16,
+    pub config_path: PathBuf,
+    pub http: reqwest::Client,
+    pub h2c: reqwest::Client,
+    pub dir: Workdir,
+    pub tls: Option<Arc<Pki>>,
+}
+
+impl FrontDoor {
+    /// Starts the topology. Free ports are picked but bound by other
+    /// processes moments later, so a parallel test can take one in between:
+    /// such a start is retried with new ports (bounded).
+    pub async fn start(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match FrontDoor::start_once(specs, options.clone()).await {
+                Err(e) if attempt < 3 && options.fixed_ports.is_none() && format!("{e:#}").contains("Address already in use") => {
+                    eprintln!("port taken by another process while starting; retrying with new ports");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
+        let dir = match &options.dir {
+            Some(p) => {
+                std::fs::create_dir_all(p)?;
+                Workdir { path: p.clone(), _temp: None }
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("mvp-e2e-").tempdir()?;
+                Workdir { path: t.path().to_path_buf(), _temp: Some(t) }
+            }
+        };
+        let (ports, fake_ports) = match &options.fixed_ports {
+            Some((p, f)) => (*p, f.clone()),
+            None => (Ports::free(), free_ports(specs.len())),
+        };
+        let mut fakes = Vec::new();
+        for (spec, port) in specs.iter().zip(fake_ports) {
+            let proc = start_fake(dir.path(), spec, port)?;
+            fakes.push(Fake { spec: spec.clone(), port, proc });
+        }
+        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
+        for f in &fakes {
+            let addr = f.address();
+            wait_for(&format!("fake apiserver {} to listen", f.spec.name), Duration::from_secs(10), || async {
+                tokio::net::TcpStream::connect(&addr).await.ok()
+            })
+            .await?;
+        }
+
+        let mut topology = Topology::new(fakes.iter().map(|f| (f.spec.name.clone(), f.url())).collect(), ports);
+        topology.refresh_interval = options.refresh_interval;
+        topology.retention = Some(options.retention);
+        topology.tls = options.tls.clone();
+        topology.serve_extra = options.ext_proc_args.clone();
+        if let Some(token) = &options.discovery_token {
+            let path = dir.path().join("discovery-token");
+            std::fs::write(&path, token)?;
+            topology.serve_extra.extend(["--discovery-token-file".into(), path.to_string_lossy().into_owned()]);
+        }
+        let ext_proc = Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin()?, &topology.serve_args())?;
+
+        let config_path = dir.path().join("envoy.yaml");
+        let mut yaml = topology.render_envoy_config()?;
+        if let Some(edit) = options.edit_config {
+            yaml = edit(yaml);
+        }
+        std::fs::write(&config_path, yaml)?;
+        let envoy_args = Topology::envoy_args(&config_path, options.concurrency, "info");
+        let envoy = Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?;
+        let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().timeout(Duration::from_secs(10)).build()?;
+        let door = FrontDoor {
+            listen_port: ports.listen,
+            admin_port: ports.admin,
+            metrics_port: ports.metrics,
+            grpc_port: ports.grpc,
+            topology,
+            fakes,
+            ext_proc,
+            envoy,
+            config_path,
+            http,
+            h2c,
+            dir,
+            tls: options.tls.clone(),
+        };
+        if let Err(e) = door.topology.wait_ready(&door.http).await {
+            let mut logs = String::new();
+            for p in door.fakes.iter().map(|f| &f.proc).chain([&door.ext_proc, &door.envoy]) {
+                logs.push_str(&format!("\n----- {} -----\n{}", p.name, p.log_tail(15)));
+            }
+            bail!("{e:#}{logs}");
+        }
+        Ok(door)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.listen_port)
+    }
+
+    /// An HTTPS client for a TLS front door, presenting `identity` (a client
+    /// certificate) if given, over HTTP/2 or HTTP/1.1.
+    pub fn https(&self, identity: Option<&crate::pki::Leaf>, http2: bool) -> Result<reqwest::Client> {
+        let pki = self.tls.as_ref().context("not a TLS front door")?;
+        let alpn: &[&[u8]] = if http2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let config = tls_client_config(&pki.serving.cert_file, identity, alpn)?;
+        let mut b = reqwest::Client::builder().use_preconfigured_tls(config).no_proxy().timeout(Duration::from_secs(10));
+        b = if http2 { b.http2_prior_knowledge() } else { b.http1_only() };
+        Ok(b.build()?)
+    }
+
+    pub fn fake(&self, name: &str) -> &Fake {
+        self.fakes.iter().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
+    }
+
+    /// Replaces a fake apiserver with another on the same port (e.g. one with
+    /// a bad serving certificate), waiting until it listens.
+    pub async fn restart_fake(&mut self, name: &str, spec: FakeSpec) -> Result<()> {
+        let dir = self.dir.path().to_path_buf();
+        let fake = self.fake_mut(name);
+        fake.proc.kill();
+        fake.proc = start_fake(&dir, &spec, fake.port)?;
+        fake.spec = spec;
+        let addr = fake.address();
+        wait_for("the restarted fake apiserver to listen", Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(&addr).await.ok().map(|_| ())
+        })
+        .await
+    }
+
+    pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
+        self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
+    }
+
+    /// mvp-ext-proc's view: `/table` JSON.
+    pub async fn table(&self) -> Option<Value> {
+        self.topology.table(&self.http).await
+    }
+
+    /// An Envoy admin stat by exact name.
+    pub async fn envoy_stat(&self, name: &str) -> Option<u64> {
+        self.topology.envoy_stat(&self.http, name).await
+    }
+
+    /// See [`Topology::wait_table_published`].
+    pub async fn wait_table_published(&self, accept: impl Fn(&Value) -> bool) -> Result<()> {
+        self.topology.wait_table_published(&self.http, accept).await
+    }
+
+    pub async fn get_json(&self, client: &reqwest::Client, path: &str) -> Result<(u16, Value)> {
+        let resp = client.get(self.url(path)).send().await?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await?;
+        let first_line = body.split(|b| *b == b'\n').next().unwrap_or(&[]);
+        let v = serde_json::from_slice(first_line).with_context(|| format!("{path}: body is not JSON: {}", String::from_utf8_lossy(&body)))?;
+        Ok((status, v))
+    }
+}
+
+/// Edits the HTTP filter chain of a rendered bootstrap (for
+/// `Options::edit_config` in negative tests).
+pub fn edit_http_filters(yaml: &str, edit: impl FnOnce(&mut Vec<Value>)) -> String {
+    let mut v: Value = serde_yaml_ng::from_str(yaml).unwrap_or_default();
+    if let Some(filters) = v
+        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters")
+        .and_then(Value::as_array_mut)
+    {
+        edit(filters);
+    }
+    serde_yaml_ng::to_string(&v).unwrap_or_default()
+}
+
+/// Which fake apiserver answered, from a resource response's body.
+pub fn served_by(v: &Value) -> &str {
+    v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")
+}
+
+
+/// rustls client configuration trusting `ca`, presenting `identity` if given.
+pub fn tls_client_config(ca: &Path, identity: Option<&crate::pki::Leaf>, alpn: &[&[u8]]) -> Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
+        roots.add(c?)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some(id) => {
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(&id.cert_file)?.collect::<Result<Vec<_>, _>>()?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&id.key_file)?;
+            builder.with_client_auth_cert(certs, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}

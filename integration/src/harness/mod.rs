@@ -1,0 +1,27 @@
+//! The test harness: the real front door on loopback, from one description.
+//!
+//! - [`topology`]: the one description of a front door (apiservers, ports,
+//!   flags) and the one readiness wait; tests, benchmark and demo use it.
+//! - [`front_door`]: fake apiservers + mvp-ext-proc + Envoy for a test.
+//! - [`fakes`]: what each fake apiserver serves and how it authenticates.
+//! - [`process`]: child processes, free ports, bounded waits.
+//! - [`tools`]: where the built binaries, Envoy, kubectl and Python are.
+//! - [`secure`]: the TLS topology (PKI, kube-authenticating fakes).
+//! - [`served`]: what the fixtures' releases serve.
+
+pub mod fakes;
+pub mod front_door;
+pub mod process;
+pub mod secure;
+pub mod served;
+pub mod tools;
+pub mod topology;
+
+pub use fakes::{Fake, FakeSpec, FakeTls, start_fake};
+pub use front_door::{FrontDoor, Options, edit_http_filters, served_by, tls_client_config};
+pub use process::{Proc, free_ports, wait_for};
+pub use served::{ServedResource, served_resources};
+pub use tools::{
+    decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, python, wasm_file, workspace_root,
+};
+pub use topology::{Ports, Topology};

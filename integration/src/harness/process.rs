@@ -1,0 +1,102 @@
+//! Child processes killed on drop, free ports, and the bounded wait every
+//! test synchronises with.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// `n` distinct free loopback ports: every probe socket is held until all
+/// are chosen, since the kernel readily hands a just-closed port out again
+/// (two one-at-a-time picks once gave Envoy and mvp-ext-proc the same port).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).filter_map(|_| TcpListener::bind("127.0.0.1:0").ok()).collect();
+    held.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect()
+}
+
+/// Polls `check` every 25 ms until it returns `Some`, or fails after `within`.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {within:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A child process killed on drop, its output in a log file.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, dir: &Path, program: &Path, args: &[String]) -> Result<Proc> {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let err = out.try_clone()?;
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        Ok(Proc { name: name.to_string(), child: Some(child), log })
+    }
+
+    /// Like `spawn`, pinned to `cores` (taskset list, e.g. "0" or "0,1").
+    pub fn spawn_pinned(name: &str, dir: &Path, cores: &str, program: &Path, args: &[String]) -> Result<Proc> {
+        let mut all = vec!["-c".to_string(), cores.to_string(), program.to_string_lossy().into_owned()];
+        all.extend(args.iter().cloned());
+        Proc::spawn(name, dir, Path::new("taskset"), &all)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, …) to the process.
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg(format!("-{sig}")).arg(c.id().to_string()).status();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- last lines of {} ({}) -----\n{}", self.name, self.log.display(), self.log_tail(30));
+        }
+        self.kill();
+    }
+}

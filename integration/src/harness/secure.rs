@@ -1,0 +1,57 @@
+//! The secure front door's test topology: a fresh PKI (rcgen), fakes that
+//! serve TLS and authenticate like kube-apiserver (client certificates,
+//! requestheader from the front door's proxy certificate, a token), and the
+//! front door with TLS everywhere.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{FakeSpec, FakeTls, FrontDoor, Options};
+use crate::pki::{Leaf, PROXY_CLIENT_CN, Pki};
+
+pub const TOKEN: &str = "t0ken-of-tina";
+
+pub fn fake_tls(pki: &Pki, dir: &Path, name: &str, serving: Option<Leaf>) -> FakeTls {
+    FakeTls {
+        serving: serving.unwrap_or_else(|| pki.apiserver(dir, name).expect("TLS test setup")),
+        client_ca: pki.clients.cert_file.clone(),
+        requestheader_ca: pki.requestheader.cert_file.clone(),
+        requestheader_allowed_names: vec![PROXY_CLIENT_CN.into()],
+        tokens: vec![format!("{TOKEN}=tina:token-team")],
+    }
+}
+
+/// A TLS front door over two kube-authenticating fakes (v1.30, v1.37), its
+/// PKI and the directory holding the certificates.
+pub struct Setup {
+    pub pki_dir: tempfile::TempDir,
+    pub pki: Arc<Pki>,
+    pub door: FrontDoor,
+}
+
+pub async fn setup(options: Options) -> Setup {
+    let pki_dir = tempfile::tempdir().expect("TLS test setup");
+    let pki = Arc::new(Pki::new(pki_dir.path()).expect("TLS test setup"));
+    let specs: Vec<FakeSpec> = [("v130", "v1.30"), ("v137", "v1.37")]
+        .iter()
+        .map(|(n, r)| FakeSpec::new(n, r).with_tls(fake_tls(&pki, pki_dir.path(), n, None)))
+        .collect();
+    let door = FrontDoor::start(&specs, Options { tls: Some(pki.clone()), ..options }).await.expect("TLS test setup");
+    Setup { pki_dir, pki, door }
+}
+
+/// The identity a fake apiserver authenticated: (user, groups, how).
+pub fn user(v: &Value) -> (String, Vec<String>, String) {
+    let u = &v["servedBy"]["user"];
+    (
+        u["name"].as_str().unwrap_or("").to_string(),
+        u["groups"].as_array().map(|g| g.iter().map(|x| x.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default(),
+        u["authenticatedBy"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+pub fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}

@@ -1,0 +1,216 @@
+//! One front door on loopback, described once: the apiservers behind it, its
+//! ports, the flags of `mvp-ext-proc serve` and `mvp-ext-proc envoy-config`,
+//! and the readiness wait. The test harness ([`super::FrontDoor`]), the
+//! benchmark and the demo all start from it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::process::wait_for;
+use super::tools::wasm_file;
+use crate::pki::Pki;
+
+/// The refresher's gauge: the table version Envoy's workers now route by
+/// (workers check the version on every request).
+pub const PUBLISHED_VERSION_STAT: &str = "wasmcustom.mvp.refresher.table_version";
+
+#[derive(Clone, Copy, Debug)]
+pub struct Ports {
+    /// Envoy's listener (the front door).
+    pub listen: u16,
+    pub admin: u16,
+    /// mvp-ext-proc's gRPC (GetTable, ext_proc).
+    pub grpc: u16,
+    /// mvp-ext-proc's /metrics, /table, /readyz.
+    pub metrics: u16,
+}
+
+impl Ports {
+    pub fn free() -> Ports {
+        let p = super::process::free_ports(4);
+        let at = |i: usize| p.get(i).copied().unwrap_or(0);
+        Ports { listen: at(0), admin: at(1), grpc: at(2), metrics: at(3) }
+    }
+}
+
+#[derive(Clone)]
+pub struct Topology {
+    /// `(name, url)` of each apiserver, in `--apiserver` order.
+    pub apiservers: Vec<(String, String)>,
+    pub ports: Ports,
+    pub refresh_interval: Duration,
+    /// `--unhealthy-retention`; mvp-ext-proc's default when `None`.
+    pub retention: Option<Duration>,
+    /// How often Envoy's refresher polls (fast in tests: readiness waits on it).
+    pub table_poll_interval: Duration,
+    /// TLS everywhere: Envoy serves TLS with client certificates from the
+    /// client CA, and reaches apiservers over mTLS as kube's peers do.
+    pub tls: Option<Arc<Pki>>,
+    /// Extra `mvp-ext-proc serve` flags.
+    pub serve_extra: Vec<String>,
+}
+
+impl Topology {
+    pub fn new(apiservers: Vec<(String, String)>, ports: Ports) -> Topology {
+        Topology {
+            apiservers,
+            ports,
+            refresh_interval: Duration::from_secs(1),
+            retention: None,
+            table_poll_interval: Duration::from_millis(100),
+            tls: None,
+            serve_extra: vec![],
+        }
+    }
+
+    fn apiserver_flags(&self) -> Vec<String> {
+        self.apiservers.iter().flat_map(|(n, u)| ["--apiserver".to_string(), format!("{n}={u}")]).collect()
+    }
+
+    fn peer_flags(&self) -> Vec<String> {
+        let p = |p: &Path| p.to_string_lossy().into_owned();
+        match &self.tls {
+            Some(pki) => vec![
+                "--peer-ca-file".into(),
+                p(&pki.serving.cert_file),
+                "--proxy-client-cert-file".into(),
+                p(&pki.proxy_client.cert_file),
+                "--proxy-client-key-file".into(),
+                p(&pki.proxy_client.key_file),
+            ],
+            None => vec![],
+        }
+    }
+
+    pub fn serve_args(&self) -> Vec<String> {
+        let mut args = vec!["serve".to_string()];
+        args.extend(self.apiserver_flags());
+        args.extend([
+            "--grpc-listen".into(),
+            format!("127.0.0.1:{}", self.ports.grpc),
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{}", self.ports.metrics),
+            "--refresh-interval".into(),
+            format!("{}ms", self.refresh_interval.as_millis()),
+        ]);
+        if let Some(r) = self.retention {
+            args.extend(["--unhealthy-retention".into(), format!("{}ms", r.as_millis())]);
+        }
+        args.extend(self.serve_extra.iter().cloned());
+        args.extend(self.peer_flags());
+        args
+    }
+
+    /// `mvp-ext-proc envoy-config` flags (without the subcommand).
+    pub fn envoy_config_args(&self) -> Result<Vec<String>> {
+        let mut args = self.apiserver_flags();
+        args.extend([
+            "--listen".into(),
+            format!("127.0.0.1:{}", self.ports.listen),
+            "--admin".into(),
+            format!("127.0.0.1:{}", self.ports.admin),
+            "--wasm".into(),
+            wasm_file()?.to_string_lossy().into_owned(),
+            "--ext-proc".into(),
+            format!("127.0.0.1:{}", self.ports.grpc),
+            "--table-poll-interval".into(),
+            format!("{}ms", self.table_poll_interval.as_millis()),
+        ]);
+        args.extend(self.peer_flags());
+        if let Some(pki) = &self.tls {
+            let p = |p: &Path| p.to_string_lossy().into_owned();
+            args.extend([
+                "--tls-cert-file".into(),
+                p(&pki.front_door.cert_file),
+                "--tls-private-key-file".into(),
+                p(&pki.front_door.key_file),
+                "--client-ca-file".into(),
+                p(&pki.clients.cert_file),
+            ]);
+        }
+        Ok(args)
+    }
+
+    /// The bootstrap `mvp-ext-proc envoy-config` renders for this topology.
+    pub fn render_envoy_config(&self) -> Result<String> {
+        mvp_ext_proc::cli::envoy_config_yaml(&self.envoy_config_args()?)
+    }
+
+    /// Envoy's command line for a bootstrap file.
+    pub fn envoy_args(config: &Path, concurrency: u32, log_level: &str) -> Vec<String> {
+        vec![
+            "-c".to_string(),
+            config.to_string_lossy().into_owned(),
+            "--concurrency".into(),
+            concurrency.to_string(),
+            "--disable-hot-restart".into(),
+            "--log-level".into(),
+            log_level.into(),
+        ]
+    }
+
+    /// mvp-ext-proc's view: `/table` JSON.
+    pub async fn table(&self, http: &reqwest::Client) -> Option<Value> {
+        http.get(format!("http://127.0.0.1:{}/table", self.ports.metrics)).send().await.ok()?.json().await.ok()
+    }
+
+    /// An Envoy admin stat by exact name.
+    pub async fn envoy_stat(&self, http: &reqwest::Client, name: &str) -> Option<u64> {
+        let url = format!("http://127.0.0.1:{}/stats?filter=^{}$", self.ports.admin, regex_escape(name));
+        let text = http.get(url).send().await.ok()?.text().await.ok()?;
+        text.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
+    }
+
+    pub async fn wait_envoy_ready(&self, http: &reqwest::Client) -> Result<()> {
+        let ready = format!("http://127.0.0.1:{}/ready", self.ports.admin);
+        wait_for("Envoy to be ready", Duration::from_secs(30), || async {
+            http.get(&ready).send().await.ok().filter(|r| r.status().is_success())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Waits until mvp-ext-proc's table satisfies `accept`.
+    pub async fn wait_table(&self, http: &reqwest::Client, accept: impl Fn(&Value) -> bool) -> Result<Value> {
+        wait_for("mvp-ext-proc's table", Duration::from_secs(30), || async {
+            let t = self.table(http).await?;
+            accept(&t).then_some(t)
+        })
+        .await
+    }
+
+    /// Waits until mvp-ext-proc's table satisfies `accept` and Envoy's
+    /// refresher has published that very version to the workers. Workers
+    /// check the version key on every request, so from then on every
+    /// request is routed by that table.
+    pub async fn wait_table_published(&self, http: &reqwest::Client, accept: impl Fn(&Value) -> bool) -> Result<()> {
+        wait_for("the routing table to reach Envoy", Duration::from_secs(20), || async {
+            let t = self.table(http).await?;
+            if !accept(&t) {
+                return None;
+            }
+            let version: u64 = t["version"].as_str()?.parse().ok()?;
+            (self.envoy_stat(http, PUBLISHED_VERSION_STAT).await? == version).then_some(())
+        })
+        .await
+    }
+
+    /// The one readiness condition: Envoy is up and routes by a table in
+    /// which every apiserver is healthy.
+    pub async fn wait_ready(&self, http: &reqwest::Client) -> Result<()> {
+        self.wait_envoy_ready(http).await?;
+        self.wait_table_published(http, all_healthy).await
+    }
+}
+
+pub fn all_healthy(t: &Value) -> bool {
+    t["apiservers"].as_array().is_some_and(|a| a.iter().all(|s| s["healthy"] == true))
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars().flat_map(|c| if ".^$*+?()[]{}|\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
+}
