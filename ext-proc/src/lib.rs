@@ -2,7 +2,7 @@
 //!
 //! Data paths (folders and files in this order):
 //! - table path: [`apiservers`] (the configured set) → [`discover`] (what
-//!   each apiserver serves, over plain HTTP or mTLS) → [`sync`] (one loop;
+//!   each apiserver serves — its [`capabilities`] — over plain HTTP or mTLS) → [`sync`] (one loop;
 //!   per-apiserver state and health policy) → [`routing_table`] (bitmasks,
 //!   versioned) → [`publish`] (`GetTable` for Envoy's wasm refresher).
 //! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod apidiscovery;
 pub mod apiservers;
+pub mod capabilities;
 pub mod cli;
 pub mod discover;
 pub mod envoy_config;

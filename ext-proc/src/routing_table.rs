@@ -9,7 +9,9 @@ use mvp_protos::routing::v1 as pb;
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-use crate::sync::state::ServerState;
+use std::net::SocketAddr;
+
+use crate::capabilities::Capabilities;
 
 type Bits = u64;
 
@@ -31,14 +33,24 @@ struct GroupBits {
     versions: BTreeMap<String, VersionBits>,
 }
 
+/// One apiserver as the table sees it.
+pub struct Member<'a> {
+    pub name: &'a str,
+    /// Resolved `IP:port`, matching the host Envoy's cluster holds.
+    pub address: Option<SocketAddr>,
+    pub healthy: bool,
+    /// What it serves (its last good view), if anything is known.
+    pub capabilities: Option<&'a Capabilities>,
+}
+
 /// Servers without a resolved address are left out: Envoy cannot be told to
 /// send anything to them.
-pub fn build(states: &[ServerState]) -> pb::RoutingTable {
-    let members: Vec<&ServerState> = states.iter().filter(|s| s.address.is_some()).collect();
+pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable {
+    let members: Vec<Member<'a>> = all.into_iter().filter(|s| s.address.is_some()).collect();
     let mut groups: BTreeMap<String, GroupBits> = BTreeMap::new();
     for (i, s) in members.iter().enumerate() {
         let bit = 1u64 << i;
-        let Some(caps) = s.view.as_deref().map(|v| &v.capabilities) else { continue };
+        let Some(caps) = s.capabilities else { continue };
         for (g, versions) in &caps.groups {
             let gb = groups.entry(g.clone()).or_default();
             gb.servers |= bit;
@@ -60,7 +72,7 @@ pub fn build(states: &[ServerState]) -> pb::RoutingTable {
         apiservers: members
             .iter()
             .map(|s| pb::Apiserver {
-                name: s.spec.name.clone(),
+                name: s.name.to_string(),
                 address: s.address.map(|a| a.to_string()).unwrap_or_default(),
                 healthy: s.healthy,
             })
@@ -108,7 +120,11 @@ pub fn resource_count(t: &pb::RoutingTable) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover::Capabilities;
+    use crate::sync::state::ServerState;
+
+    fn build(states: &[ServerState]) -> pb::RoutingTable {
+        super::build(states.iter().map(ServerState::member))
+    }
     use std::time::Instant;
 
     fn state(name: &str, port: u16, resources: &[(&str, &str, &str)]) -> ServerState {

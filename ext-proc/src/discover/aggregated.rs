@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::capabilities::Capabilities;
+use crate::capabilities::Capabilities;
 
 use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList};
 

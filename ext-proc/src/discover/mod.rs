@@ -9,7 +9,6 @@
 //! does not serve).
 
 pub mod aggregated;
-pub mod capabilities;
 mod fetch;
 pub mod transport;
 pub mod unaggregated;
@@ -19,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use aggregated::{Root, RootView};
-pub use capabilities::Capabilities;
+pub use crate::capabilities::Capabilities;
 pub use fetch::{FetchError, Fetched};
 pub use transport::Transport;
 

@@ -106,7 +106,7 @@ impl Syncer {
             }
             self.metrics.apiserver_healthy(&name, state.healthy);
         }
-        let new = routing_table::build(&self.states);
+        let new = routing_table::build(self.states.iter().map(ServerState::member));
         if new.version != self.table_tx.borrow().version {
             tracing::info!(
                 version = format!("{:016x}", new.version),

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::ServerView;
+use crate::routing_table::Member;
 
 #[derive(Debug, Clone)]
 pub struct ServerState {
@@ -54,6 +55,16 @@ impl ServerState {
         self.healthy = true;
         self.last_success = Some(now);
         self.last_error = None;
+    }
+
+    /// How the routing table sees it.
+    pub fn member(&self) -> Member<'_> {
+        Member {
+            name: &self.spec.name,
+            address: self.address,
+            healthy: self.healthy,
+            capabilities: self.view.as_deref().map(|v| &v.capabilities),
+        }
     }
 
     pub fn failed(&mut self, error: String, now: Instant, retention: Duration) {

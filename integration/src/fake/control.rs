@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::fixtures::Documents;
-use super::server::{FakeState, json_response};
+use super::state::{FakeState, json_response};
 
 #[derive(serde::Deserialize)]
 pub(super) struct ReleaseQuery {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use std::sync::atomic::Ordering;
 
-use super::server::{AGGREGATED_V2, FakeState};
+use super::state::{AGGREGATED_V2, FakeState};
 
 /// True when a clause of `Accept` asks for aggregated discovery in the one
 /// version this server speaks (v2 like 1.33+, or v2beta1 like 1.26–1.29).

@@ -8,5 +8,6 @@ mod discovery;
 pub mod fixtures;
 mod resources;
 pub mod server;
+mod state;
 pub mod tls;
 mod upgrade;

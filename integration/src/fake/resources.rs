@@ -11,7 +11,7 @@ use serde_json::json;
 use std::sync::atomic::Ordering;
 
 use super::fixtures::Documents;
-use super::server::{FakeState, json_response, not_found};
+use super::state::{FakeState, json_response, not_found};
 
 pub(super) fn echo_headers(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
     headers

@@ -7,58 +7,17 @@
 //! classifier on purpose: a test oracle that shared the code under test
 //! would agree with its bugs.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
-
-use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::control::*;
 use super::discovery::*;
-use super::fixtures::Documents;
 use super::resources::*;
+pub use super::state::{AGGREGATED_V2, FakeState, Stats, status_json};
+use super::state::{json_response, not_found, unauthorized};
 use super::upgrade::*;
-
-pub use mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE as AGGREGATED_V2;
-
-#[derive(Clone)]
-pub struct FakeState {
-    pub name: String,
-    /// Old servers (< 1.26) have no aggregated discovery at all.
-    pub aggregated: bool,
-    pub fixtures: std::path::PathBuf,
-    pub docs: Arc<RwLock<Arc<Documents>>>,
-    /// `group/version`s the unaggregated `/apis` lists without serving them,
-    /// as kube-aggregator does for APIService objects served elsewhere.
-    pub listed_only: Vec<String>,
-    /// `v2`, or `v2beta1` to act as a Kubernetes 1.26–1.29 server (1.30–1.32
-    /// served both; 1.33+ only v2).
-    pub aggregated_version: String,
-    pub stats: Arc<Stats>,
-    /// When set, served verbatim as the aggregated `/apis` body (tests of
-    /// broken and oversized documents).
-    pub apis_override: Arc<RwLock<Option<Bytes>>>,
-    /// Who may call: API requests (not health, not test control) that no
-    /// configured authenticator accepts get kube's 401 Status.
-    pub auth: super::auth::AuthConfig,
-}
-
-/// What the fake counted, at `GET /__fake/stats`.
-#[derive(Default)]
-pub struct Stats {
-    pub aggregated_ok: AtomicU64,
-    pub not_modified: AtomicU64,
-    pub resource_requests: AtomicU64,
-}
-
-impl FakeState {
-    pub(super) fn docs(&self) -> Arc<Documents> {
-        self.docs.read().map(|d| d.clone()).unwrap_or_else(|p| p.into_inner().clone())
-    }
-}
 
 pub fn router(state: FakeState) -> axum::Router {
     axum::Router::new()
@@ -70,27 +29,6 @@ pub fn router(state: FakeState) -> axum::Router {
         // Tests post multi-MiB discovery documents to the control endpoints.
         .layer(axum::extract::DefaultBodyLimit::max(256 << 20))
         .with_state(state)
-}
-
-pub(super) fn json_response(status: StatusCode, v: &Value) -> Response {
-    let mut body = serde_json::to_vec(v).unwrap_or_default();
-    body.push(b'\n');
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-pub fn status_json(code: u16, reason: &str, message: &str) -> Value {
-    json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "details": {}, "code": code,
-    })
-}
-
-pub(super) fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, &status_json(404, "NotFound", "the server could not find the requested resource"))
-}
-
-fn unauthorized() -> Response {
-    json_response(StatusCode::UNAUTHORIZED, &status_json(401, "Unauthorized", "Unauthorized"))
 }
 
 async fn handle(State(s): State<FakeState>, req: Request) -> Response {
@@ -151,3 +89,4 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
         None => not_found(),
     }
 }
+

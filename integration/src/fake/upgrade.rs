@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 
-use super::server::FakeState;
+use super::state::FakeState;
 use super::resources::{echo_headers, parse_resource_path};
 
 /// exec, attach and port-forward: the first message (WebSocket) or line
