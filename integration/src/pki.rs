@@ -65,14 +65,23 @@ impl Ca {
     /// rcgen keeps one value per attribute type, so the second O is written
     /// under its raw OID 2.5.4.10).
     pub fn client(&self, dir: &Path, file: &str, user: &str, groups: &[&str]) -> Result<Leaf> {
-        anyhow::ensure!(groups.len() <= 2, "at most two groups per test certificate");
+        self.client_with_names(dir, file, &[user], groups)
+    }
+
+    /// Like [`Pki::client`] with one or two CNs, in this order (the second
+    /// under its raw OID 2.5.4.3).
+    pub fn client_with_names(&self, dir: &Path, file: &str, names: &[&str], groups: &[&str]) -> Result<Leaf> {
+        anyhow::ensure!(groups.len() <= 2 && names.len() <= 2, "at most two groups and two names per test certificate");
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         let mut dn = DistinguishedName::new();
         for (i, g) in groups.iter().enumerate() {
             let kind = if i == 0 { DnType::OrganizationName } else { DnType::CustomDnType(vec![2, 5, 4, 10]) };
             dn.push(kind, *g);
         }
-        dn.push(DnType::CommonName, user);
+        for (i, n) in names.iter().enumerate() {
+            let kind = if i == 0 { DnType::CommonName } else { DnType::CustomDnType(vec![2, 5, 4, 3]) };
+            dn.push(kind, *n);
+        }
         params.distinguished_name = dn;
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.leaf(dir, file, params)

@@ -144,7 +144,8 @@ async fn unauthenticated_clients_get_the_apiservers_401() {
 }
 
 /// Unaggregated discovery (old clients, the Python client) gets an
-/// `APIGroupList` of every group any apiserver serves.
+/// `APIGroupList` of every group any apiserver serves, with kube's
+/// `Cache-Control: no-cache, private` (no ETag, so not cacheable).
 #[tokio::test]
 async fn unaggregated_group_list_names_every_served_group() {
     let door = FrontDoor::start(&two(), Options::default()).await.unwrap();
@@ -153,6 +154,7 @@ async fn unaggregated_group_list_names_every_served_group() {
         let resp = get(&door, accept, &[]).await;
         assert_eq!(resp.status(), 200);
         assert!(resp.headers().get("etag").is_none());
+        assert_eq!(resp.headers()["cache-control"], "no-cache, private", "{accept}");
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["kind"], "APIGroupList");
         let g = v["groups"].as_array().unwrap();

@@ -60,6 +60,22 @@ async fn client_certificate_and_token_identities_reach_the_apiserver() {
     }
 }
 
+/// With several CNs, kube's x509 authenticator (Go's `pkix.Name`) takes the
+/// last one in certificate order: the front door forwards exactly that user,
+/// the one the apiserver would derive from the certificate itself.
+#[tokio::test]
+async fn several_common_names_forward_the_one_kube_would_read() {
+    let s = setup(Options::default()).await;
+    let cert = s.pki.clients.client_with_names(s.pki_dir.path(), "two-cns", &["alice", "admin"], &["dev", "ops"]).unwrap();
+    for http2 in [true, false] {
+        let resp = s.door.https(Some(&cert), http2).unwrap().get(s.door.url(NEW_ONLY)).send().await.unwrap();
+        let v: Value = resp.json().await.unwrap();
+        let (name, groups, _) = user(&v);
+        assert_eq!((name.as_str(), &groups[..2]), ("admin", &strings(&["dev", "ops"])[..]), "http2={http2}");
+        assert_eq!(v["servedBy"]["headers"]["x-remote-user"], serde_json::json!(["admin"]));
+    }
+}
+
 /// Identity and routing headers a client sends never reach an apiserver,
 /// and a certificate from an untrusted CA cannot even connect.
 #[tokio::test]

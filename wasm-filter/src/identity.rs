@@ -1,6 +1,7 @@
-//! The identity of a client that authenticated with a certificate, as kube's
-//! x509 authenticator reads it: user = subject CN, groups = every subject O
-//! in certificate order.
+//! The identity of a client that authenticated with a certificate, exactly
+//! as kube's x509 authenticator reads it from Go's `pkix.Name`: user = the
+//! subject's CN (with several, the last in certificate order), groups =
+//! every subject O in certificate order.
 //!
 //! Envoy exposes the verified peer certificate's subject only as an RFC 2253
 //! string (`connection.subject_peer_certificate`, OpenSSL's
@@ -65,15 +66,19 @@ pub fn from_rfc2253(subject: &[u8]) -> Option<ClientIdentity> {
     if in_value {
         push(&mut rdns, &mut key, &mut value);
     }
-    // Back to certificate order.
-    rdns.reverse();
-    let attrs = rdns.into_iter().flatten();
+    // Back to certificate order. The RFC 2253 form (`XN_FLAG_DN_REV`) prints
+    // every attribute in reverse, inside a multi-valued RDN too.
+    let mut attrs: Vec<(Vec<u8>, Vec<u8>)> = rdns.into_iter().flatten().collect();
+    attrs.reverse();
+    // As Go's `pkix.Name.FillFromRDNSequence`, which kube's x509
+    // authenticator reads: every CN overwrites the last (the last one wins),
+    // every O is appended.
     let mut user = None;
     let mut groups = Vec::new();
     for (k, v) in attrs {
         let v = String::from_utf8_lossy(&v).into_owned();
         match k.trim_ascii() {
-            b"CN" if user.is_none() => user = Some(v),
+            b"CN" => user = Some(v),
             b"O" => groups.push(v),
             _ => {}
         }

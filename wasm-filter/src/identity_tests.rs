@@ -14,7 +14,12 @@ fn table() {
         (b"CN=system:admin,O=system:masters", id("system:admin", &["system:masters"])),
         (b"CN=bob", id("bob", &[])),
         (b"O=acme\\, inc.,CN=carol", id("carol", &["acme, inc."])),
-        (b"CN=dave\\+eve,O=a+O=b", id("dave+eve", &["a", "b"])),
+        // a multi-valued RDN is printed reversed too: certificate order is b, a
+        (b"CN=dave\\+eve,O=a+O=b", id("dave+eve", &["b", "a"])),
+        // several CNs: Go keeps the last in certificate order (printed first)
+        (b"CN=admin,CN=alice,O=dev", id("admin", &["dev"])),
+        (b"CN=admin+CN=alice", id("admin", &[])),
+        (b"CN=,CN=alice", None),
         (b"CN=J\\C3\\BCrgen,O=caf\\C3\\A9", id("J\u{fc}rgen", &["caf\u{e9}"])),
         (b"CN=x\\\\y,O=\\\"quoted\\\"", id("x\\y", &["\"quoted\""])),
         (b"CN=node:n1,OU=nodes,O=system:nodes,C=DE", id("node:n1", &["system:nodes"])),

@@ -15,6 +15,7 @@ pub mod unaggregated;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aggregated::{Root, RootView};
@@ -68,12 +69,16 @@ pub struct Discoverer {
     connected: Option<(SocketAddr, reqwest::Client)>,
     base: String,
     options: DiscoveryOptions,
-    cache: HashMap<&'static str, (String, RootView)>,
+    /// Each aggregated root's ETag and view: a 304 hands back the same `Arc`.
+    cache: HashMap<&'static str, (String, Arc<RootView>)>,
+    /// The last read's roots and the view built from them: when both roots
+    /// come back unchanged, so does the view (same `Arc`, nothing rebuilt).
+    last: Option<(Arc<RootView>, Arc<RootView>, Arc<ServerView>)>,
 }
 
 impl Discoverer {
     pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions) -> Discoverer {
-        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new() }
+        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None }
     }
 
     fn client(&mut self, address: Option<SocketAddr>) -> Result<reqwest::Client, DiscoveryError> {
@@ -111,16 +116,27 @@ impl Discoverer {
     /// One full read of the server's discovery. Any failure fails the whole
     /// read: a partial view would make the table claim less than the server
     /// serves and reroute its own requests away from it.
-    pub async fn discover(&mut self, address: Option<SocketAddr>) -> Result<ServerView, DiscoveryError> {
+    ///
+    /// An unchanged server (304 on both roots) costs O(1): the previous view
+    /// is returned as it is, so nothing downstream compares or rebuilds.
+    pub async fn discover(&mut self, address: Option<SocketAddr>) -> Result<Arc<ServerView>, DiscoveryError> {
         let client = self.client(address)?;
         let core = self.root(&client, "/api", Root::Core).await?;
         let groups = self.root(&client, "/apis", Root::Groups).await?;
-        let mut capabilities = core.capabilities;
-        capabilities.merge(groups.capabilities);
-        Ok(ServerView { capabilities, groups: groups.groups })
+        if let Some((c, g, view)) = &self.last
+            && Arc::ptr_eq(c, &core)
+            && Arc::ptr_eq(g, &groups)
+        {
+            return Ok(view.clone());
+        }
+        let mut capabilities = core.capabilities.clone();
+        capabilities.merge(groups.capabilities.clone());
+        let view = Arc::new(ServerView { capabilities, groups: groups.groups.clone() });
+        self.last = Some((core, groups, view.clone()));
+        Ok(view)
     }
 
-    async fn root(&mut self, client: &reqwest::Client, path: &'static str, root: Root) -> Result<RootView, DiscoveryError> {
+    async fn root(&mut self, client: &reqwest::Client, path: &'static str, root: Root) -> Result<Arc<RootView>, DiscoveryError> {
         let etag = self.cache.get(path).map(|(e, _)| e.as_str());
         let fetched = self.get(client, path, DISCOVERY_ACCEPT, etag).await?;
         match fetched {
@@ -130,8 +146,10 @@ impl Discoverer {
             },
             Fetched::Ok { body, content_type, etag } => {
                 if content_type.contains("as=APIGroupDiscoveryList") {
-                    let view = aggregated::from_aggregated(root, &body)
-                        .map_err(|source| DiscoveryError::Document { path: path.into(), source })?;
+                    let view = Arc::new(
+                        aggregated::from_aggregated(root, &body)
+                            .map_err(|source| DiscoveryError::Document { path: path.into(), source })?,
+                    );
                     match etag {
                         Some(e) => {
                             self.cache.insert(path, (e, view.clone()));
@@ -143,7 +161,7 @@ impl Discoverer {
                     Ok(view)
                 } else {
                     self.cache.remove(path);
-                    self.unaggregated(client, path, root, &body).await
+                    Ok(Arc::new(self.unaggregated(client, path, root, &body).await?))
                 }
             }
             Fetched::NotFound => Err(DiscoveryError::Fetch { path: path.into(), source: FetchError::Status(404) }),

@@ -9,6 +9,10 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 
 use super::decide::{Outcome, Replacement};
 
+/// kube's aggregated discovery handler sends this with an ETag, overriding
+/// the chain default (`WithCacheControl`: `no-cache, private`).
+const CACHE_CONTROL_WITH_ETAG: &str = "public";
+
 /// A header to set (overwriting).
 fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
     HeaderValueOption {
@@ -29,7 +33,7 @@ pub fn response_headers(outcome: &Outcome<'_>) -> ProcessingResponse {
         Outcome::NotModified { etag } => reply(processing_response::Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus { code: StatusCode::NotModified as i32 }),
             headers: Some(HeaderMutation {
-                set_headers: vec![set("etag", *etag), set("cache-control", "public"), set("vary", "Accept")],
+                set_headers: vec![set("etag", *etag), set("cache-control", CACHE_CONTROL_WITH_ETAG), set("vary", "Accept")],
                 ..Default::default()
             }),
             details: "mvp_discovery_not_modified".into(),
@@ -44,9 +48,12 @@ pub fn response_headers(outcome: &Outcome<'_>) -> ProcessingResponse {
 fn replace(r: &Replacement<'_>) -> ProcessingResponse {
     let mut headers = Vec::new();
     let mut remove = Vec::new();
+    // With an ETag, as kube's aggregated handler; without (the unaggregated
+    // group list), the apiserver's own Cache-Control (kube's chain default,
+    // `no-cache, private`) stays.
     match r.etag {
-        Some(etag) => headers.extend([set("etag", etag), set("cache-control", "public")]),
-        None => remove.extend(["etag".to_string(), "cache-control".to_string()]),
+        Some(etag) => headers.extend([set("etag", etag), set("cache-control", CACHE_CONTROL_WITH_ETAG)]),
+        None => remove.push("etag".to_string()),
     }
     headers.push(set("content-type", r.content_type));
     headers.push(set("content-length", r.body.len().to_string()));
@@ -86,7 +93,7 @@ mod tests {
         let c = h.response.unwrap();
         assert_eq!(c.status, ResponseStatus::ContinueAndReplace as i32);
         let m = c.header_mutation.unwrap();
-        assert_eq!(m.remove_headers, ["etag", "cache-control"]);
+        assert_eq!(m.remove_headers, ["etag"], "the apiserver's Cache-Control stays");
         let set: Vec<(String, Vec<u8>)> = m.set_headers.into_iter().map(|h| h.header.unwrap()).map(|h| (h.key, h.raw_value)).collect();
         assert!(set.contains(&("content-encoding".into(), b"gzip".to_vec())));
         assert!(set.contains(&("content-length".into(), b"2".to_vec())));

@@ -43,6 +43,8 @@ pub struct Syncer {
     merged_tx: watch::Sender<Option<Arc<MergedDocument>>>,
     /// The views the current merged document was built from.
     merged_from: Vec<(String, Arc<ServerView>)>,
+    /// What the current table was built from.
+    table_from: Vec<TableInput>,
     metrics: Arc<Metrics>,
 }
 
@@ -56,7 +58,7 @@ impl Syncer {
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
         let (merged_tx, merged) = watch::channel(None);
-        let syncer = Syncer { states, discoverers, options, table_tx, states_tx, merged_tx, merged_from: vec![], metrics };
+        let syncer = Syncer { states, discoverers, options, table_tx, states_tx, merged_tx, merged_from: vec![], table_from: vec![], metrics };
         (syncer, Published { table, states: states_rx, merged })
     }
 
@@ -106,6 +108,19 @@ impl Syncer {
             }
             self.metrics.apiserver_healthy(&name, state.healthy);
         }
+        // The table depends only on each member's view, health and address:
+        // when none of them changed (pointer equality for views), the round
+        // costs no rebuild.
+        let inputs: Vec<TableInput> = self.states.iter().map(TableInput::of).collect();
+        if inputs != self.table_from || self.table_tx.borrow().version == 0 {
+            self.publish_table();
+            self.table_from = inputs;
+        }
+        self.rebuild_discovery();
+        self.states_tx.send_replace(Arc::new(self.states.clone()));
+    }
+
+    fn publish_table(&mut self) {
         let new = routing_table::build(self.states.iter().map(ServerState::member));
         if new.version != self.table_tx.borrow().version {
             tracing::info!(
@@ -117,8 +132,6 @@ impl Syncer {
             self.metrics.table_changed(&new);
             self.table_tx.send_replace(Arc::new(new));
         }
-        self.rebuild_discovery();
-        self.states_tx.send_replace(Arc::new(self.states.clone()));
     }
 
     /// Merges the same servers routing uses (healthy, or unhealthy within
@@ -150,6 +163,27 @@ impl Syncer {
         );
         self.merged_tx.send_replace(Some(Arc::new(doc)));
         self.merged_from = inputs;
+    }
+}
+
+/// One member's part in the table: its view (by identity: held, so its
+/// address cannot be reused by another), health and address.
+struct TableInput(Option<Arc<ServerView>>, bool, Option<SocketAddr>);
+
+impl TableInput {
+    fn of(s: &ServerState) -> TableInput {
+        TableInput(s.view.clone(), s.healthy, s.address)
+    }
+}
+
+impl PartialEq for TableInput {
+    fn eq(&self, other: &Self) -> bool {
+        let same_view = match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        same_view && self.1 == other.1 && self.2 == other.2
     }
 }
 

@@ -48,9 +48,13 @@ impl ServerState {
         }
     }
 
-    pub fn succeeded(&mut self, view: ServerView, now: Instant) {
-        if self.view.as_deref() != Some(&view) {
-            self.view = Some(Arc::new(view));
+    /// A read that found `view`. The same `Arc` (nothing changed, the usual
+    /// case) costs nothing; a new one replaces the old only when its content
+    /// differs, so pointer equality keeps meaning "unchanged" downstream.
+    pub fn succeeded(&mut self, view: Arc<ServerView>, now: Instant) {
+        let unchanged = self.view.as_ref().is_some_and(|old| Arc::ptr_eq(old, &view) || **old == *view);
+        if !unchanged {
+            self.view = Some(view);
         }
         self.healthy = true;
         self.last_success = Some(now);
@@ -93,7 +97,7 @@ mod tests {
         let t0 = Instant::now();
         let mut caps = Capabilities::default();
         caps.add_resource_name("apps", "v1", "deployments");
-        s.succeeded(view(caps.clone()), t0);
+        s.succeeded(Arc::new(view(caps.clone())), t0);
         assert!(s.healthy);
 
         let retention = Duration::from_secs(60);
@@ -104,7 +108,7 @@ mod tests {
         s.failed("boom".into(), t0 + Duration::from_secs(60), retention);
         assert_eq!(s.view, None);
 
-        s.succeeded(view(caps.clone()), t0 + Duration::from_secs(61));
+        s.succeeded(Arc::new(view(caps.clone())), t0 + Duration::from_secs(61));
         assert!(s.healthy);
         assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }

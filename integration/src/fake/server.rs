@@ -19,6 +19,15 @@ pub use super::state::{AGGREGATED_V2, FakeState, Stats, status_json};
 use super::state::{json_response, not_found, unauthorized};
 use super::upgrade::*;
 
+/// kube-apiserver's `WithCacheControl` filter: every response without a
+/// Cache-Control gets `no-cache, private` (everything is behind authn/authz).
+async fn cache_control(mut resp: Response) -> Response {
+    if !resp.headers().contains_key(header::CACHE_CONTROL) {
+        resp.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache, private"));
+    }
+    resp
+}
+
 pub fn router(state: FakeState) -> axum::Router {
     axum::Router::new()
         .route("/__fake/release", axum::routing::post(set_release))
@@ -26,6 +35,7 @@ pub fn router(state: FakeState) -> axum::Router {
         .route("/__fake/stats", axum::routing::get(stats))
         .route("/__fake/apis-body", axum::routing::post(set_apis_body).delete(clear_apis_body))
         .fallback(handle)
+        .layer(axum::middleware::map_response(cache_control))
         // Tests post multi-MiB discovery documents to the control endpoints.
         .layer(axum::extract::DefaultBodyLimit::max(256 << 20))
         .with_state(state)

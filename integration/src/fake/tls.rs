@@ -64,7 +64,8 @@ impl TlsServing {
         };
         let Ok((_, parsed)) = x509_parser::parse_x509_certificate(leaf) else { return info };
         let subject = parsed.subject();
-        let cn = subject.iter_common_name().find_map(|a| a.as_str().ok().map(str::to_string));
+        // Go's pkix.Name: with several CNs the last (in certificate order) wins.
+        let cn = subject.iter_common_name().filter_map(|a| a.as_str().ok().map(str::to_string)).last();
         let orgs: Vec<String> = subject.iter_organization().filter_map(|a| a.as_str().ok().map(str::to_string)).collect();
         if chains_to(&self.requestheader_ca) {
             info.requestheader_cn = cn.clone();
