@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test: lints that keep panics out of the filter, unit and
 # property tests, and the end-to-end tests with real Envoy, mvp-ext-proc,
-# fake apiservers and real clients on loopback. Installs what it needs.
+# fake apiservers, real kube-apiservers and real clients on loopback.
+# Installs what it needs; the real kube-apiserver is built once and cached
+# outside the work tree (scripts/kube-apiserver.sh: ~8 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
 scripts/build.sh
+MVP_KUBE_APISERVER=$(scripts/kube-apiserver.sh)
+export MVP_KUBE_APISERVER
 
 echo "==> clippy (the filter denies unwrap/expect/panic/indexing)" >&2
 cargo clippy --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm -- -D warnings

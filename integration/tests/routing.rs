@@ -222,6 +222,22 @@ async fn old_server_without_aggregated_discovery_is_routed() {
     assert!(t["apiservers"][0]["resources"].as_u64().unwrap() > 80, "{t}");
 }
 
+/// An old server's `/apis` list is not the truth (on v1.20 the last-started
+/// apiserver deletes the APIService objects of group-versions it does not
+/// serve): a group-version counts for a server exactly when its own
+/// `/apis/{g}/{v}` answers 200, listed or not.
+#[tokio::test]
+async fn old_server_serving_an_unlisted_group_version_is_routed() {
+    let old = FakeSpec::new("v130", "v1.30").old().unlisting_served("flowcontrol.apiserver.k8s.io/v1beta3");
+    let door = FrontDoor::start(&[old, FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    let listed = door.http.get(format!("{}/apis", door.fake("v130").url())).send().await.unwrap().text().await.unwrap();
+    assert!(!listed.contains("flowcontrol.apiserver.k8s.io/v1beta3"), "the fake must not list it");
+    for _ in 0..6 {
+        let (status, v) = door.get_json(&door.http, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas").await.unwrap();
+        assert_eq!((status, served_by(&v)), (200, "v130"));
+    }
+}
+
 /// Routing and identity headers from clients never reach an apiserver, and
 /// a client cannot pick the upstream.
 #[tokio::test]

@@ -10,6 +10,7 @@
 
 pub mod aggregated;
 mod fetch;
+pub mod known;
 pub mod transport;
 pub mod unaggregated;
 
@@ -21,6 +22,7 @@ use std::time::Duration;
 use aggregated::{Root, RootView};
 pub use crate::capabilities::Capabilities;
 pub use fetch::{FetchError, Fetched};
+pub use known::KnownGroupVersions;
 pub use transport::Transport;
 
 use crate::apidiscovery::APIGroupDiscovery;
@@ -74,11 +76,14 @@ pub struct Discoverer {
     /// The last read's roots and the view built from them: when both roots
     /// come back unchanged, so does the view (same `Arc`, nothing rebuilt).
     last: Option<(Arc<RootView>, Arc<RootView>, Arc<ServerView>)>,
+    /// Group-versions every discoverer asks servers without aggregated
+    /// discovery about.
+    known: KnownGroupVersions,
 }
 
 impl Discoverer {
-    pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions) -> Discoverer {
-        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None }
+    pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions, known: KnownGroupVersions) -> Discoverer {
+        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known }
     }
 
     fn client(&mut self, address: Option<SocketAddr>) -> Result<reqwest::Client, DiscoveryError> {
@@ -129,6 +134,7 @@ impl Discoverer {
         {
             return Ok(view.clone());
         }
+        self.known.record(groups.groups.iter().flat_map(|g| g.versions.iter().map(move |v| (g.name(), v.version.as_str()))));
         let mut capabilities = core.capabilities.clone();
         capabilities.merge(groups.capabilities.clone());
         let view = Arc::new(ServerView { capabilities, groups: groups.groups.clone() });

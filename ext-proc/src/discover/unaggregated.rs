@@ -131,7 +131,7 @@ impl Discoverer {
             move |source| DiscoveryError::Document { path, source }
         };
         let mut groups: Vec<APIGroupDiscovery> = Vec::new();
-        let group_versions: Vec<(String, String)> = match root {
+        let listed: Vec<(String, String)> = match root {
             Root::Core => parse::<ApiVersions>("APIVersions", body)
                 .map_err(doc_err(path))?
                 .versions
@@ -148,6 +148,14 @@ impl Discoverer {
                 })
                 .collect(),
         };
+        // The list first (it keeps kube's group and version order), then
+        // every other group-version any server listed or Kubernetes has
+        // built in: the list alone is not the truth (see `known`).
+        let mut group_versions = listed.clone();
+        if root == Root::Groups {
+            self.known.record(listed.iter().map(|(g, v)| (g.as_str(), v.as_str())));
+            group_versions.extend(self.known.snapshot().into_iter().filter(|gv| !listed.contains(gv)));
+        }
         for (group, version) in group_versions {
             let gv_path = if group.is_empty() {
                 format!("/api/{version}")
@@ -166,7 +174,7 @@ impl Discoverer {
                         }),
                     }
                 }
-                // Listed (cluster-wide APIService) but not served here.
+                // Not served here, whatever a list says.
                 Fetched::NotFound => {}
                 Fetched::NotModified => {}
             }

@@ -51,9 +51,10 @@ pub struct Syncer {
 impl Syncer {
     pub fn new(specs: &[ApiserverSpec], transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
         let states: Vec<ServerState> = specs.iter().cloned().map(ServerState::new).collect();
+        let known = crate::discover::KnownGroupVersions::default();
         let discoverers = specs
             .iter()
-            .map(|s| Discoverer::new(s, transport.clone(), options.discovery.clone()))
+            .map(|s| Discoverer::new(s, transport.clone(), options.discovery.clone(), known.clone()))
             .collect();
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));

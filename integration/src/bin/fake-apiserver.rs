@@ -32,6 +32,11 @@ struct Args {
     /// cluster-wide APIService served by another apiserver would be).
     #[arg(long = "list-unserved-group-version", value_name = "GROUP/VERSION")]
     listed_only: Vec<String>,
+    /// Without aggregated discovery: leave this served group-version out of
+    /// `/apis` (repeatable), as a v1.20 server's list after another server
+    /// deleted its APIService.
+    #[arg(long = "unlist-served-group-version", value_name = "GROUP/VERSION")]
+    unlisted: Vec<String>,
     /// Aggregated discovery version served: v2 (Kubernetes 1.30+) or v2beta1 (1.26–1.29).
     #[arg(long, default_value = "v2", value_parser = ["v2", "v2beta1"])]
     aggregated_discovery_version: String,
@@ -79,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         fixtures: a.fixtures.clone(),
         docs: Arc::new(RwLock::new(Arc::new(docs))),
         listed_only: a.listed_only,
+        unlisted: a.unlisted,
         aggregated_version: a.aggregated_discovery_version.clone(),
         stats: Default::default(),
         apis_override: Default::default(),

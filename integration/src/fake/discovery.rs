@@ -52,8 +52,19 @@ pub(super) fn aggregated(s: &FakeState, headers: &HeaderMap, doc: &super::fixtur
     (StatusCode::OK, h, doc.body.clone()).into_response()
 }
 
-pub(super) fn with_listed_only(list: &Value, extra: &[String]) -> Value {
+/// An old server's `/apis` list as the cluster's APIService objects make
+/// it: plus group-versions it does not serve, minus ones it serves but
+/// whose APIService another server deleted.
+pub(super) fn as_listed(list: &Value, extra: &[String], omitted: &[String]) -> Value {
     let mut list = list.clone();
+    if let Some(groups) = list["groups"].as_array_mut() {
+        for g in groups.iter_mut() {
+            if let Some(vs) = g["versions"].as_array_mut() {
+                vs.retain(|v| !omitted.iter().any(|o| v["groupVersion"] == o.as_str()));
+            }
+        }
+        groups.retain(|g| g["versions"].as_array().is_some_and(|v| !v.is_empty()));
+    }
     for gv in extra {
         let Some((group, version)) = gv.split_once('/') else { continue };
         let entry = json!({"groupVersion": gv, "version": version});

@@ -75,7 +75,7 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
                 &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": s.name}]}),
             );
         }
-        "/apis" => return json_response(StatusCode::OK, &with_listed_only(&docs.group_list, &s.listed_only)),
+        "/apis" => return json_response(StatusCode::OK, &as_listed(&docs.group_list, &s.listed_only, &s.unlisted)),
         "/api/v1" => return json_response(StatusCode::OK, &docs.api_v1),
         _ => {}
     }

@@ -23,6 +23,8 @@ pub struct FakeState {
     /// `group/version`s the unaggregated `/apis` lists without serving them,
     /// as kube-aggregator does for APIService objects served elsewhere.
     pub listed_only: Vec<String>,
+    /// Group-versions it serves but leaves out of its `/apis` list.
+    pub unlisted: Vec<String>,
     /// `v2`, or `v2beta1` to act as a Kubernetes 1.26–1.29 server (1.30–1.32
     /// served both; 1.33+ only v2).
     pub aggregated_version: String,

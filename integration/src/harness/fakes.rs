@@ -16,6 +16,8 @@ pub struct FakeSpec {
     pub aggregated: bool,
     /// Group-versions the old server's `/apis` lists but does not serve.
     pub listed_only: Vec<String>,
+    /// Group-versions the old server serves but leaves out of `/apis`.
+    pub unlisted: Vec<String>,
     /// `v2` or `v2beta1`.
     pub aggregated_version: String,
     pub bearer_token: Option<String>,
@@ -35,7 +37,7 @@ pub struct FakeTls {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
@@ -59,6 +61,11 @@ impl FakeSpec {
     /// A server older than Kubernetes 1.26: unaggregated discovery only.
     pub fn old(mut self) -> FakeSpec {
         self.aggregated = false;
+        self
+    }
+
+    pub fn unlisting_served(mut self, gv: &str) -> FakeSpec {
+        self.unlisted.push(gv.into());
         self
     }
 
@@ -130,6 +137,10 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
             args.push("--token".into());
             args.push(tok.clone());
         }
+    }
+    for gv in &spec.unlisted {
+        args.push("--unlist-served-group-version".into());
+        args.push(gv.clone());
     }
     for gv in &spec.listed_only {
         args.push("--list-unserved-group-version".into());

@@ -63,6 +63,19 @@ impl Workdir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    fn new(options: &Options) -> Result<Workdir> {
+        Ok(match &options.dir {
+            Some(p) => {
+                std::fs::create_dir_all(p)?;
+                Workdir { path: p.clone(), _temp: None }
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("mvp-e2e-").tempdir()?;
+                Workdir { path: t.path().to_path_buf(), _temp: Some(t) }
+            }
+        })
+    }
 }
 
 pub struct FrontDoor {
@@ -98,17 +111,17 @@ impl FrontDoor {
         }
     }
 
+    /// The front door in front of apiservers that run already (`(name,
+    /// URL)`), e.g. real kube-apiservers; nothing else is started but
+    /// mvp-ext-proc and Envoy.
+    pub async fn in_front_of(apiservers: Vec<(String, String)>, options: Options) -> Result<FrontDoor> {
+        let dir = Workdir::new(&options)?;
+        let ports = options.fixed_ports.as_ref().map(|(p, _)| *p).unwrap_or_else(Ports::free);
+        FrontDoor::launch(dir, vec![], apiservers, ports, options).await
+    }
+
     async fn start_once(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
-        let dir = match &options.dir {
-            Some(p) => {
-                std::fs::create_dir_all(p)?;
-                Workdir { path: p.clone(), _temp: None }
-            }
-            None => {
-                let t = tempfile::Builder::new().prefix("mvp-e2e-").tempdir()?;
-                Workdir { path: t.path().to_path_buf(), _temp: Some(t) }
-            }
-        };
+        let dir = Workdir::new(&options)?;
         let (ports, fake_ports) = match &options.fixed_ports {
             Some((p, f)) => (*p, f.clone()),
             None => (Ports::free(), free_ports(specs.len())),
@@ -126,8 +139,14 @@ impl FrontDoor {
             })
             .await?;
         }
+        let apiservers = fakes.iter().map(|f| (f.spec.name.clone(), f.url())).collect();
+        drop(http);
+        FrontDoor::launch(dir, fakes, apiservers, ports, options).await
+    }
 
-        let mut topology = Topology::new(fakes.iter().map(|f| (f.spec.name.clone(), f.url())).collect(), ports);
+    async fn launch(dir: Workdir, fakes: Vec<Fake>, apiservers: Vec<(String, String)>, ports: Ports, options: Options) -> Result<FrontDoor> {
+        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
+        let mut topology = Topology::new(apiservers, ports);
         topology.refresh_interval = options.refresh_interval;
         topology.retention = Some(options.retention);
         topology.tls = options.tls.clone();

@@ -6,12 +6,14 @@
 //! - [`fakes`]: what each fake apiserver serves and how it authenticates.
 //! - [`process`]: child processes, free ports, bounded waits.
 //! - [`tools`]: where the built binaries, Envoy, kubectl and Python are.
+//! - [`real`]: real kube-apiservers on one etcd, with a kubeadm-like PKI.
 //! - [`secure`]: the TLS topology (PKI, kube-authenticating fakes).
 //! - [`served`]: what the fixtures' releases serve.
 
 pub mod fakes;
 pub mod front_door;
 pub mod process;
+pub mod real;
 pub mod secure;
 pub mod served;
 pub mod tools;

@@ -1,0 +1,188 @@
+//! Real kube-apiservers for the real tier: Kubernetes v1.20.2 (the newest
+//! that can be built here; `scripts/kube-apiserver.sh` builds and caches it)
+//! on one etcd, with the PKI of a kubeadm control plane: a serving CA, a
+//! client CA, a separate front-proxy CA that signs the front door's proxy
+//! client certificate (`CN=front-proxy-client`), a token file, RBAC.
+//!
+//! Each apiserver can be stopped and started again with other flags, on the
+//! same address, as during an upgrade.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+
+use super::process::{Proc, free_ports, wait_for};
+use crate::pki::{Leaf, Pki};
+
+/// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
+pub const TOKENS: &[(&str, &str, &str)] = &[("admin-token", "token-admin", "system:masters"), ("nobody-token", "nobody", "nobodies")];
+
+/// The built kube-apiserver: `MVP_KUBE_APISERVER`, else where
+/// `scripts/kube-apiserver.sh` caches it.
+pub fn kube_apiserver_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("MVP_KUBE_APISERVER") {
+        return Ok(PathBuf::from(p));
+    }
+    let cache = std::env::var_os("MVP_CACHE_DIR").map(PathBuf::from).or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("mvp-envoy"))
+    });
+    let bin = cache.context("no cache directory (HOME unset)")?.join("kube-apiserver-v1.20.2/kube-apiserver");
+    if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found: run scripts/kube-apiserver.sh (scripts/test.sh does)", bin.display())) }
+}
+
+/// One real apiserver: its name, port and the extra flags it runs with.
+pub struct RealApiserver {
+    pub name: String,
+    pub port: u16,
+    pub extra_args: Vec<String>,
+    pub proc: Option<Proc>,
+}
+
+impl RealApiserver {
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+pub struct RealControlPlane {
+    pub dir: tempfile::TempDir,
+    pub pki: Arc<Pki>,
+    pub etcd: Proc,
+    pub apiservers: Vec<RealApiserver>,
+    etcd_url: String,
+    service_account_key: PathBuf,
+    service_account_pub: PathBuf,
+    tokens: PathBuf,
+    /// A cluster-admin client certificate (`O=system:masters`).
+    pub admin: Leaf,
+    /// An admin client talking to the apiservers directly.
+    pub http: reqwest::Client,
+}
+
+impl RealControlPlane {
+    /// etcd and one apiserver per `(name, extra flags)`, all ready.
+    pub async fn start(specs: &[(&str, &[&str])]) -> Result<RealControlPlane> {
+        let dir = tempfile::Builder::new().prefix("mvp-real-").tempdir()?;
+        let pki = Arc::new(Pki::new(dir.path())?);
+        let mut ports = free_ports(2 + specs.len()).into_iter();
+        let (client_port, peer_port) = (ports.next().unwrap_or(0), ports.next().unwrap_or(0));
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd_args: Vec<String> = [
+            "--name", "mvp", "--data-dir", &dir.path().join("etcd").to_string_lossy(),
+            "--listen-client-urls", &etcd_url, "--advertise-client-urls", &etcd_url,
+            "--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url,
+            "--initial-cluster", &format!("mvp={peer_url}"), "--log-level", "warn",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let etcd = Proc::spawn("etcd", dir.path(), Path::new("etcd"), &etcd_args)?;
+
+        let sa = rcgen::KeyPair::generate()?;
+        let service_account_key = dir.path().join("sa.key");
+        let service_account_pub = dir.path().join("sa.pub");
+        std::fs::write(&service_account_key, sa.serialize_pem())?;
+        std::fs::write(&service_account_pub, sa.public_key_pem())?;
+        let tokens = dir.path().join("tokens.csv");
+        let lines: Vec<String> = TOKENS.iter().map(|(t, u, g)| format!("{t},{u},{u},\"{g}\"")).collect();
+        std::fs::write(&tokens, lines.join("\n") + "\n")?;
+        let admin = pki.clients.client(dir.path(), "admin", "kubernetes-admin", &["system:masters"])?;
+        let http = crate::harness::front_door::tls_client_config(&pki.serving.cert_file, Some(&admin), &[b"http/1.1"])
+            .and_then(|c| Ok(reqwest::Client::builder().use_preconfigured_tls(c).no_proxy().timeout(Duration::from_secs(30)).build()?))?;
+
+        let apiservers = specs
+            .iter()
+            .map(|(name, extra)| RealApiserver {
+                name: name.to_string(),
+                port: ports.next().unwrap_or(0),
+                extra_args: extra.iter().map(|s| s.to_string()).collect(),
+                proc: None,
+            })
+            .collect();
+        let mut cp = RealControlPlane { dir, pki, etcd, apiservers, etcd_url, service_account_key, service_account_pub, tokens, admin, http };
+        wait_for("etcd to listen", Duration::from_secs(30), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", client_port)).await.ok()
+        })
+        .await?;
+        for i in 0..cp.apiservers.len() {
+            cp.start_apiserver(i).await?;
+        }
+        Ok(cp)
+    }
+
+    fn args(&self, a: &RealApiserver) -> Result<Vec<String>> {
+        let dir = self.dir.path();
+        let serving = self.pki.apiserver(dir, &a.name)?;
+        let p = |p: &Path| p.to_string_lossy().into_owned();
+        let mut args: Vec<String> = vec![
+            format!("--etcd-servers={}", self.etcd_url),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", a.port),
+            "--insecure-port=0".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--tls-cert-file={}", p(&serving.cert_file)),
+            format!("--tls-private-key-file={}", p(&serving.key_file)),
+            format!("--client-ca-file={}", p(&self.pki.clients.cert_file)),
+            format!("--requestheader-client-ca-file={}", p(&self.pki.requestheader.cert_file)),
+            format!("--requestheader-allowed-names={}", crate::pki::PROXY_CLIENT_CN),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            "--authorization-mode=RBAC".into(),
+            format!("--token-auth-file={}", p(&self.tokens)),
+            format!("--service-account-key-file={}", p(&self.service_account_pub)),
+            format!("--service-account-signing-key-file={}", p(&self.service_account_key)),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--profiling=false".into(),
+        ];
+        args.extend(a.extra_args.iter().cloned());
+        Ok(args)
+    }
+
+    /// Starts apiserver `i` (again) and waits until its `/readyz` answers 200.
+    pub async fn start_apiserver(&mut self, i: usize) -> Result<()> {
+        let a = self.apiservers.get(i).context("no such apiserver")?;
+        let args = self.args(a)?;
+        let name = a.name.clone();
+        let proc = Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), &kube_apiserver_bin()?, &args)?;
+        if let Some(a) = self.apiservers.get_mut(i) {
+            a.proc = Some(proc);
+        }
+        self.wait_ready(i).await
+    }
+
+    pub async fn wait_ready(&self, i: usize) -> Result<()> {
+        let a = self.apiservers.get(i).context("no such apiserver")?;
+        let url = format!("{}/readyz", a.url());
+        let what = format!("kube-apiserver {} to be ready", a.name);
+        let ready = wait_for(&what, Duration::from_secs(120), || async {
+            self.http.get(&url).send().await.ok().filter(|r| r.status().is_success())
+        })
+        .await;
+        if let Err(e) = ready {
+            let tail = a.proc.as_ref().map(|p| p.log_tail(30)).unwrap_or_default();
+            return Err(anyhow!("{e:#}\n----- kube-apiserver {} -----\n{tail}", a.name));
+        }
+        Ok(())
+    }
+
+    /// Stops apiserver `i` (SIGKILL).
+    pub fn stop_apiserver(&mut self, i: usize) {
+        if let Some(p) = self.apiservers.get_mut(i).and_then(|a| a.proc.as_mut()) {
+            p.kill();
+        }
+    }
+
+    /// `(name, URL)` of every apiserver, for [`super::FrontDoor::in_front_of`].
+    pub fn members(&self) -> Vec<(String, String)> {
+        self.apiservers.iter().map(|a| (a.name.clone(), a.url())).collect()
+    }
+}
