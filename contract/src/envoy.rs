@@ -2,8 +2,15 @@
 //! refers to.
 
 /// The cluster of apiservers, with the override-host load balancer that
-/// reads [`crate::headers::ROUTE`].
+/// reads [`crate::headers::ROUTE`]. Upstream TLS presents no client
+/// certificate: requests authenticate with their own credentials (tokens)
+/// or none (anonymous), as if they went to the apiserver directly.
 pub const APISERVERS_CLUSTER: &str = "apiservers";
+
+/// The same apiservers, reached with the front door's proxy client
+/// certificate: only for requests whose identity the front door asserts in
+/// requestheaders (a client certificate it verified).
+pub const APISERVERS_REQUESTHEADER_CLUSTER: &str = "apiservers_requestheader";
 
 /// The cluster that reaches mvp-ext-proc's gRPC listener (HTTP/2): the
 /// refresher's `GetTable` calls and ext_proc for `/apis`.

@@ -57,3 +57,42 @@ async fn real_rbac_decides_on_the_forwarded_identity() {
     assert_eq!(with_token(nobody_token).await.unwrap().status(), 403);
     assert_eq!(with_token("not-a-token").await.unwrap().status(), 401);
 }
+
+/// Requests without a verified client certificate authenticate exactly as
+/// they would directly: anonymous `/version`, `/healthz`, `/readyz`, and
+/// kubeadm's join discovery (`kube-public/cluster-info`, readable by
+/// system:anonymous) answer 200 through the front door, because the proxy
+/// client certificate is presented only for identities the front door
+/// asserts.
+#[tokio::test]
+async fn anonymous_requests_authenticate_as_they_would_directly() {
+    let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let direct = cp.apiservers[0].url();
+    let cluster_info = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info", "namespace": "kube-public"}, "data": {"kubeconfig": "…"}});
+    let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo", "namespace": "kube-public"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-info"], "verbs": ["get"]}]});
+    let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo", "namespace": "kube-public"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kubeadm:bootstrap-signer-clusterinfo"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}]});
+    for (path, body) in [
+        ("/api/v1/namespaces/kube-public/configmaps", cluster_info),
+        ("/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles", role),
+        ("/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings", binding),
+    ] {
+        let resp = cp.http.post(format!("{direct}{path}")).json(&body).send().await.unwrap();
+        assert_eq!(resp.status(), 201, "{path}: {}", resp.text().await.unwrap_or_default());
+    }
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    for http2 in [true, false] {
+        let anonymous = door.https(None, http2).unwrap();
+        for path in ["/version", "/healthz", "/readyz", "/api/v1/namespaces/kube-public/configmaps/cluster-info"] {
+            for _ in 0..4 {
+                assert_eq!(status(&anonymous, &door, path).await, 200, "{path} http2={http2}");
+            }
+        }
+        // Anonymous is still nobody: RBAC denies everything else.
+        assert_eq!(status(&anonymous, &door, "/api/v1/namespaces/default/configmaps").await, 403);
+    }
+}

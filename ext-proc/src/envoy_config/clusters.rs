@@ -1,7 +1,7 @@
 //! The two upstream clusters: the apiservers (override-host load balancing
 //! on the route header, upstream mTLS) and mvp-ext-proc (gRPC).
 
-use mvp_contract::envoy::{APISERVERS_CLUSTER, EXT_PROC_CLUSTER};
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_CLUSTER};
 use mvp_contract::headers::ROUTE;
 use serde_json::{Value, json};
 
@@ -10,9 +10,10 @@ use crate::tls::PeerTls;
 
 /// Upstream mTLS: apiservers must present a certificate from
 /// `--peer-ca-file` for the peer server name (kube: kubernetes.default.svc);
-/// the front door presents its proxy client certificate. HTTP/1.1 only, so
-/// exec/attach/port-forward upgrades pass through as they are.
-fn upstream_tls(p: &PeerTls) -> Value {
+/// with `proxy_certificate`, the front door presents its proxy client
+/// certificate. HTTP/1.1 only, so exec/attach/port-forward upgrades pass
+/// through as they are.
+fn upstream_tls(p: &PeerTls, proxy_certificate: bool) -> Value {
     let mut common = json!({
         "validation_context": {
             "trusted_ca": {"filename": path(&p.ca_file)},
@@ -20,7 +21,7 @@ fn upstream_tls(p: &PeerTls) -> Value {
         },
         "alpn_protocols": ["http/1.1"],
     });
-    if let Some((cert, key, _)) = &p.client {
+    if let Some((cert, key, _)) = p.client.as_ref().filter(|_| proxy_certificate) {
         common["tls_certificates"] = json!([{"certificate_chain": {"filename": path(cert)}, "private_key": {"filename": path(key)}}]);
     }
     json!({
@@ -63,7 +64,18 @@ fn protocol(options: Value) -> Value {
     })
 }
 
-pub fn apiservers(o: &EnvoyConfigOptions) -> Value {
+/// The apiserver clusters: one without a client certificate, and, when the
+/// front door forwards identities, one that presents the proxy client
+/// certificate (see `routes`).
+pub fn apiservers(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Value> {
+    let mut out = vec![apiserver_cluster(o, APISERVERS_CLUSTER, false)];
+    if forwards_identity {
+        out.push(apiserver_cluster(o, APISERVERS_REQUESTHEADER_CLUSTER, true));
+    }
+    out
+}
+
+fn apiserver_cluster(o: &EnvoyConfigOptions, name: &str, proxy_certificate: bool) -> Value {
     let all_ip = o.apiservers.iter().all(|a| is_ip(a.host()));
     let endpoints: Vec<Value> = o
         .apiservers
@@ -71,7 +83,7 @@ pub fn apiservers(o: &EnvoyConfigOptions) -> Value {
         .map(|a| json!({"endpoint": {"address": socket_address(a.host(), a.port()), "hostname": a.name}}))
         .collect();
     json!({
-        "name": APISERVERS_CLUSTER,
+        "name": name,
         "type": if all_ip { "STATIC" } else { "STRICT_DNS" },
         "dns_lookup_family": "V4_PREFERRED",
         "connect_timeout": "2s",
@@ -83,9 +95,9 @@ pub fn apiservers(o: &EnvoyConfigOptions) -> Value {
             "max_requests": 1_000_000,
             "max_retries": 10_000,
         }]},
-        "transport_socket": o.peer_tls.as_ref().map(upstream_tls),
+        "transport_socket": o.peer_tls.as_ref().map(|p| upstream_tls(p, proxy_certificate)),
         "load_balancing_policy": override_host(),
-        "load_assignment": {"cluster_name": APISERVERS_CLUSTER, "endpoints": [{"lb_endpoints": endpoints}]},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": endpoints}]},
         "typed_extension_protocol_options": protocol(json!({"http_protocol_options": {}})),
     })
 }

@@ -67,7 +67,7 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         }],
         "route_config": {
             "name": "apiservers",
-            "virtual_hosts": [{"name": "apiservers", "domains": ["*"], "routes": routes::routes(o.apiservers.len())}],
+            "virtual_hosts": [{"name": "apiservers", "domains": ["*"], "routes": routes::routes(o.apiservers.len(), forwards_identity.then(|| o.requestheader.username_header()))}],
         },
         "http_filters": filters::http_filters(o, forwards_identity),
         "local_reply_config": {"mappers": [status_503()]},

@@ -99,7 +99,7 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
             "listeners": [listener::listener(o, forwards_identity)],
-            "clusters": [clusters::apiservers(o), clusters::ext_proc(&ext_host, ext_port)],
+            "clusters": clusters::apiservers(o, forwards_identity).into_iter().chain([clusters::ext_proc(&ext_host, ext_port)]).collect::<Vec<_>>(),
         },
         // A bound on client connections (each watch holds one): Envoy warns
         // at start without one.

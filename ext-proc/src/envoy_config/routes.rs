@@ -1,16 +1,16 @@
 //! The route table: `/apis` through ext_proc, one route per number of
 //! apiservers the filter pinned a request to, and the default route.
 
-use mvp_contract::envoy::APISERVERS_CLUSTER;
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
 use mvp_contract::headers::{PEER_PROXIED, ROUTE};
 use serde_json::{Value, json};
 
 /// To the apiservers cluster, retrying at most `retries` times, only on
 /// failures where the request never reached an apiserver (safe for every
 /// verb), each time on a host not tried before.
-fn to_apiservers(retries: usize) -> Value {
+fn to_apiservers(cluster: &str, retries: usize) -> Value {
     json!({
-        "cluster": APISERVERS_CLUSTER,
+        "cluster": cluster,
         "timeout": "0s",
         "retry_policy": {
             "retry_on": "connect-failure,refused-stream,reset-before-request",
@@ -39,12 +39,34 @@ fn hosts_regex(k: usize) -> String {
     if k == 1 { "^[^,]+$".to_string() } else { format!("^[^,]+(,[^,]+){{{}}}$", k - 1) }
 }
 
-pub fn routes(apiservers: usize) -> Vec<Value> {
+/// Every route, twice when the front door forwards identities: first for
+/// requests carrying the requestheader user header (only the filter can set
+/// it: clients' copies are stripped before any filter) to the cluster that
+/// presents the proxy client certificate, then for every other request to
+/// the cluster that presents none — so tokens and anonymous requests
+/// authenticate exactly as they would directly.
+pub fn routes(apiservers: usize, identity_header: Option<&str>) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(header) = identity_header {
+        out.extend(route_set(apiservers, APISERVERS_REQUESTHEADER_CLUSTER, Some(header)));
+    }
+    out.extend(route_set(apiservers, APISERVERS_CLUSTER, None));
+    out
+}
+
+fn route_set(apiservers: usize, cluster: &str, identity_header: Option<&str>) -> Vec<Value> {
     let all = apiservers.saturating_sub(1).max(1);
+    // Header matchers, absent (null, dropped when rendered) when there are none.
+    let with_identity = |mut headers: Vec<Value>| {
+        if let Some(h) = identity_header {
+            headers.push(json!({"name": h, "present_match": true}));
+        }
+        if headers.is_empty() { Value::Null } else { Value::Array(headers) }
+    };
     // `/apis` (kubectl also sends `/apis?timeout=32s`; the query is not part
     // of the match) goes through ext_proc; every other route has no ext_proc
     // stream at all.
-    let discovery = |path: &str| json!({"match": {"path": path}, "route": to_apiservers(all)});
+    let discovery = |path: &str| json!({"match": {"path": path, "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all)});
     let mut routes = vec![discovery("/apis"), discovery("/apis/")];
     // Requests the filter pinned (it sets only the route header; setting it
     // clears the route cache, so Envoy matches again): one route per number
@@ -52,9 +74,10 @@ pub fn routes(apiservers: usize) -> Vec<Value> {
     // leaves the capable set, and marking the request peer-proxied so an
     // apiserver with its own peer proxy does not proxy it again.
     routes.extend((1..apiservers).map(|k| {
+        let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
         json!({
-            "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}}]},
-            "route": to_apiservers(k - 1),
+            "match": {"prefix": "/", "headers": with_identity(vec![hosts])},
+            "route": to_apiservers(cluster, k - 1),
             "request_headers_to_add": [{
                 "header": {"key": PEER_PROXIED, "value": "true"},
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
@@ -62,7 +85,7 @@ pub fn routes(apiservers: usize) -> Vec<Value> {
             "typed_per_filter_config": without_ext_proc(),
         })
     }));
-    routes.push(json!({"match": {"prefix": "/"}, "route": to_apiservers(all), "typed_per_filter_config": without_ext_proc()}));
+    routes.push(json!({"match": {"prefix": "/", "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all), "typed_per_filter_config": without_ext_proc()}));
     routes
 }
 
@@ -72,8 +95,13 @@ mod tests {
 
     #[test]
     fn pinned_requests_retry_only_within_their_list() {
-        let r = routes(3);
+        let r = routes(3, None);
         assert_eq!(r.len(), 5);
+        let with_identity = routes(3, Some("x-remote-user"));
+        assert_eq!(with_identity.len(), 10);
+        assert_eq!(with_identity[0]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
+        assert_eq!(with_identity[0]["match"]["headers"][0]["name"], "x-remote-user");
+        assert_eq!(with_identity[9]["route"]["cluster"], APISERVERS_CLUSTER);
         assert_eq!(r[2]["route"]["retry_policy"]["num_retries"], 0);
         assert_eq!(r[3]["route"]["retry_policy"]["num_retries"], 1);
         assert_eq!(r[3]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
