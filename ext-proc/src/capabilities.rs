@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// group → version → resource → subresources. The core group is `""`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Capabilities {
     pub groups: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
 }

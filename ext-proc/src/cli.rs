@@ -112,9 +112,15 @@ struct ServeArgs {
     /// many of those.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
     refresh_interval: Duration,
-    /// How long a failing apiserver's last good discovery keeps routing.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
-    unhealthy_retention: Duration,
+    /// File that keeps every apiserver's last known API set across restarts
+    /// (written on change). Without it, an apiserver that is down when
+    /// mvp-ext-proc starts is unknown until it answers.
+    #[arg(long, value_name = "FILE")]
+    state_file: Option<std::path::PathBuf>,
+    /// No longer used: a member's last known API set is kept for as long as
+    /// it is a member (accepted so existing command lines keep working).
+    #[arg(long, hide = true, value_parser = humantime::parse_duration)]
+    unhealthy_retention: Option<Duration>,
     /// Timeout of each discovery request.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     discovery_timeout: Duration,
@@ -207,6 +213,9 @@ pub fn main() -> ExitCode {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    if a.unhealthy_retention.is_some() {
+        tracing::warn!("--unhealthy-retention is ignored: an apiserver's last known API set is kept for as long as it is configured");
+    }
     let requestheader = a.requestheader.names()?;
     crate::serve::serve(ServeOptions {
         peer_tls: a.peer_tls.load()?,
@@ -214,7 +223,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         grpc_listen: a.grpc_listen,
         metrics_listen: a.metrics_listen,
         refresh_interval: a.refresh_interval,
-        unhealthy_retention: a.unhealthy_retention,
+        state_file: a.state_file,
         discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),

@@ -20,7 +20,7 @@ pub struct ServeOptions {
     pub grpc_listen: SocketAddr,
     pub metrics_listen: Option<SocketAddr>,
     pub refresh_interval: Duration,
-    pub unhealthy_retention: Duration,
+    pub state_file: Option<PathBuf>,
     pub discovery: DiscoveryOptions,
     pub discovery_token_file: Option<PathBuf>,
     pub peer_tls: Option<PeerTls>,
@@ -46,7 +46,7 @@ pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
 async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let transport = Transport::new(o.discovery_token_file.as_deref(), o.peer_tls.as_ref(), &o.username_header)?;
-    let options = SyncOptions { interval: o.refresh_interval, retention: o.unhealthy_retention, discovery: o.discovery };
+    let options = SyncOptions { interval: o.refresh_interval, discovery: o.discovery, state_file: o.state_file };
     let (syncer, published) = Syncer::new(&o.apiservers, transport, options, metrics.clone());
 
     let grpc = tokio::net::TcpListener::bind(o.grpc_listen)

@@ -96,3 +96,31 @@ async fn anonymous_requests_authenticate_as_they_would_directly() {
         assert_eq!(status(&anonymous, &door, "/api/v1/namespaces/default/configmaps").await, 403);
     }
 }
+
+/// A stopped real apiserver's exclusive APIs answer the 503 Status — also
+/// after mvp-ext-proc restarts while it is down (its API set comes from the
+/// state file) — never a 404 that client-go would read as "deleted"; once it
+/// is back they answer 200 again, while shared APIs never stop.
+#[tokio::test]
+async fn a_stopped_apiserver_is_503_not_404_until_it_is_back() {
+    let mut cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let mut door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let only_b = "/apis/batch/v2alpha1/namespaces/default/cronjobs";
+    let shared = "/api/v1/namespaces/default/configmaps";
+    cp.stop_apiserver(1);
+    door.wait_table_published(|t| t["apiservers"][1]["healthy"] == false).await.unwrap();
+    door.restart_ext_proc().await.unwrap();
+    let admin = door.https(Some(&cp.admin), true).unwrap();
+    for _ in 0..6 {
+        let resp = admin.get(door.url(only_b)).send().await.unwrap();
+        assert_eq!(resp.status(), 503);
+        let v: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!((v["kind"].as_str(), v["reason"].as_str()), (Some("Status"), Some("ServiceUnavailable")));
+        assert_eq!(status(&admin, &door, shared).await, 200);
+    }
+    cp.start_apiserver(1).await.unwrap();
+    door.wait_table_published(|t| t["apiservers"][1]["healthy"] == true).await.unwrap();
+    for _ in 0..6 {
+        assert_eq!(status(&admin, &door, only_b).await, 200);
+    }
+}

@@ -173,6 +173,24 @@ async fn unhealthy_server_is_marked_and_its_peers_take_shared_apis() {
     }
 }
 
+/// A member that is down keeps its last known API set for as long as it is
+/// a member, across mvp-ext-proc restarts too (the state file): requests for
+/// what only it served get the 503 Status, never another server's 404.
+#[tokio::test]
+async fn a_down_members_apis_stay_503_across_ext_proc_restarts() {
+    let mut door = FrontDoor::start(&three(), Options::default()).await.unwrap();
+    door.fake_mut("v137").proc.kill();
+    door.wait_table_published(|t| t["apiservers"][2]["healthy"] == false).await.unwrap();
+    door.restart_ext_proc().await.unwrap();
+    door.wait_table_published(|t| t["apiservers"][2]["healthy"] == false && t["apiservers"][2]["resources"].as_u64().is_some_and(|n| n > 0))
+        .await
+        .unwrap();
+    for i in 0..6 {
+        let (status, v) = door.get_json(if i % 2 == 0 { &door.http } else { &door.h2c }, "/apis/lifecycle.k8s.io/v1alpha1/evictionrequests").await.unwrap();
+        assert_eq!((status, v["kind"].as_str(), v["code"].as_u64()), (503, Some("Status"), Some(503)), "{v}");
+    }
+}
+
 /// A server whose discovery changes (an in-place upgrade from v1.30 to
 /// v1.37) is routed by the new table within one refresh interval + 1 s.
 #[tokio::test]

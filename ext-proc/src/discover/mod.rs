@@ -28,7 +28,7 @@ pub use transport::Transport;
 use crate::apidiscovery::APIGroupDiscovery;
 
 /// Everything one read of a server's discovery yields.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerView {
     pub capabilities: Capabilities,
     /// Its `/apis` groups as it serves them (its own view: `profile=nopeer`).

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use mvp_protos::routing::v1 as pb;
 use tokio::sync::watch;
 
+pub mod persist;
 pub mod state;
 
 use crate::apiservers::ApiserverSpec;
@@ -21,8 +22,9 @@ use state::ServerState;
 #[derive(Debug, Clone)]
 pub struct SyncOptions {
     pub interval: Duration,
-    pub retention: Duration,
     pub discovery: DiscoveryOptions,
+    /// Where every member's last known API set survives restarts.
+    pub state_file: Option<std::path::PathBuf>,
 }
 
 /// What the rest of the process sees of the sync loop.
@@ -45,12 +47,30 @@ pub struct Syncer {
     merged_from: Vec<(String, Arc<ServerView>)>,
     /// What the current table was built from.
     table_from: Vec<TableInput>,
+    persisted: Option<persist::Persisted>,
+    /// The views the state file holds.
+    persisted_from: Vec<Option<Arc<ServerView>>>,
     metrics: Arc<Metrics>,
 }
 
 impl Syncer {
     pub fn new(specs: &[ApiserverSpec], transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
-        let states: Vec<ServerState> = specs.iter().cloned().map(ServerState::new).collect();
+        let mut states: Vec<ServerState> = specs.iter().cloned().map(ServerState::new).collect();
+        let persisted = options.state_file.as_deref().map(persist::Persisted::new);
+        if let Some(p) = &persisted {
+            match p.load() {
+                Ok(mut stored) => {
+                    for s in &mut states {
+                        if let Some(view) = stored.remove(&(s.spec.name.clone(), s.spec.url.to_string())) {
+                            tracing::info!(apiserver = %s.spec.name, resources = view.capabilities.resource_count(), "last known API set restored from the state file");
+                            s.restored(view);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "starting without the state file; it is rewritten on the next change"),
+            }
+        }
+        let persisted_from = states.iter().map(|s| s.view.clone()).collect();
         let known = crate::discover::KnownGroupVersions::default();
         let discoverers = specs
             .iter()
@@ -59,7 +79,19 @@ impl Syncer {
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
         let (merged_tx, merged) = watch::channel(None);
-        let syncer = Syncer { states, discoverers, options, table_tx, states_tx, merged_tx, merged_from: vec![], table_from: vec![], metrics };
+        let syncer = Syncer {
+            states,
+            discoverers,
+            options,
+            table_tx,
+            states_tx,
+            merged_tx,
+            merged_from: vec![],
+            table_from: vec![],
+            persisted,
+            persisted_from,
+            metrics,
+        };
         (syncer, Published { table, states: states_rx, merged })
     }
 
@@ -97,14 +129,8 @@ impl Syncer {
                 Err(e) => {
                     self.metrics.sync_error(&name, "fetch_discovery");
                     let had = state.view.is_some();
-                    state.failed(e.to_string(), now, self.options.retention);
-                    tracing::warn!(
-                        apiserver = %name,
-                        error = %e,
-                        keeping_last_good = state.view.is_some(),
-                        dropped_last_good = had && state.view.is_none(),
-                        "apiserver discovery failed"
-                    );
+                    state.failed(e.to_string());
+                    tracing::warn!(apiserver = %name, error = %e, keeping_last_known = had, "apiserver discovery failed");
                 }
             }
             self.metrics.apiserver_healthy(&name, state.healthy);
@@ -118,7 +144,28 @@ impl Syncer {
             self.table_from = inputs;
         }
         self.rebuild_discovery();
+        self.persist();
         self.states_tx.send_replace(Arc::new(self.states.clone()));
+    }
+
+    /// Writes the state file when some member's view changed.
+    fn persist(&mut self) {
+        let Some(p) = &self.persisted else { return };
+        let views: Vec<Option<Arc<ServerView>>> = self.states.iter().map(|s| s.view.clone()).collect();
+        let same = views.len() == self.persisted_from.len()
+            && views.iter().zip(&self.persisted_from).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            });
+        if same {
+            return;
+        }
+        let members = self.states.iter().filter_map(|s| Some((s.spec.name.as_str(), s.spec.url.as_str(), s.view.as_deref()?)));
+        match p.save(members) {
+            Ok(()) => self.persisted_from = views,
+            Err(e) => tracing::warn!(error = %e, "cannot write the state file; trying again on the next round"),
+        }
     }
 
     fn publish_table(&mut self) {

@@ -1,22 +1,23 @@
-//! Per-apiserver health and the retention policy for its last good view.
+//! Per-apiserver state and the policy for its last known API set.
 //!
 //! Policy:
-//! - A discovery read that succeeds makes the server healthy and replaces its
-//!   capabilities.
+//! - A discovery read that succeeds makes the server healthy and replaces
+//!   its view (what it serves).
 //! - A read that fails (connection, timeout, non-200/304 status, a document
 //!   that does not parse, one over the size limit) marks it unhealthy at once
-//!   but keeps its last good capabilities for `retention` after its last
-//!   success. Requests for APIs only it serves still go to it, so clients see
-//!   a 503 Status from the front door rather than another server's 404; its
-//!   healthy peers are listed first for everything they share with it.
-//! - After `retention` the stale capabilities are dropped: the server stays
-//!   in the table (so shared APIs still fail over past it) but no API is
-//!   routed to it until it answers discovery again.
+//!   and keeps its last known view for as long as it is a member of the
+//!   control plane (a configured `--apiserver`: always). Requests for APIs
+//!   only it serves still go to it, so clients get a 503 Status from the
+//!   front door — never another server's 404, which client-go reads as
+//!   "deleted"; its healthy peers are listed first for everything shared.
+//! - The view survives mvp-ext-proc restarts through the state file
+//!   (`persist.rs`): a member that is down when mvp-ext-proc starts keeps
+//!   the API set it last had.
 //! - One server's failure never changes any other server's entry.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::ServerView;
@@ -71,13 +72,17 @@ impl ServerState {
         }
     }
 
-    pub fn failed(&mut self, error: String, now: Instant, retention: Duration) {
+    /// A read that failed: unhealthy, the last known view kept.
+    pub fn failed(&mut self, error: String) {
         self.healthy = false;
         self.last_error = Some(error);
-        let expired = self.last_success.is_none_or(|t| now.saturating_duration_since(t) >= retention);
-        if expired {
-            self.view = None;
-        }
+    }
+
+    /// Starts from a view persisted by an earlier run: unhealthy (not read
+    /// yet), but routing by what it last served.
+    pub fn restored(&mut self, view: ServerView) {
+        self.view = Some(Arc::new(view));
+        self.last_error = Some("not read since mvp-ext-proc started (API set from the state file)".into());
     }
 }
 
@@ -85,13 +90,14 @@ impl ServerState {
 mod tests {
     use super::*;
     use crate::discover::Capabilities;
+    use std::time::Duration;
 
     fn view(caps: Capabilities) -> ServerView {
         ServerView { capabilities: caps, groups: vec![] }
     }
 
     #[test]
-    fn keeps_last_good_view_until_retention() {
+    fn keeps_the_last_known_view_while_a_member() {
         let spec: ApiserverSpec = "a=http://127.0.0.1:1".parse().unwrap();
         let mut s = ServerState::new(spec);
         let t0 = Instant::now();
@@ -100,15 +106,15 @@ mod tests {
         s.succeeded(Arc::new(view(caps.clone())), t0);
         assert!(s.healthy);
 
-        let retention = Duration::from_secs(60);
-        s.failed("boom".into(), t0 + Duration::from_secs(10), retention);
-        assert!(!s.healthy);
-        assert_eq!(s.view.as_deref(), Some(&view(caps.clone())));
+        // Down for as long as you like: unhealthy, the API set kept (its
+        // exclusive APIs get a 503 Status, never a 404).
+        for _ in 0..3 {
+            s.failed("boom".into());
+            assert!(!s.healthy);
+            assert_eq!(s.view.as_deref(), Some(&view(caps.clone())));
+        }
 
-        s.failed("boom".into(), t0 + Duration::from_secs(60), retention);
-        assert_eq!(s.view, None);
-
-        s.succeeded(Arc::new(view(caps.clone())), t0 + Duration::from_secs(61));
+        s.succeeded(Arc::new(view(caps.clone())), t0 + Duration::from_secs(3600));
         assert!(s.healthy);
         assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }
@@ -116,8 +122,18 @@ mod tests {
     #[test]
     fn never_seen_server_has_nothing_to_keep() {
         let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
-        s.failed("refused".into(), Instant::now(), Duration::from_secs(300));
+        s.failed("refused".into());
         assert_eq!(s.view, None);
         assert_eq!(s.last_error.as_deref(), Some("refused"));
+    }
+
+    #[test]
+    fn a_restored_view_routes_until_the_first_read() {
+        let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
+        let mut caps = Capabilities::default();
+        caps.add_resource_name("batch", "v2alpha1", "cronjobs");
+        s.restored(view(caps.clone()));
+        assert!(!s.healthy);
+        assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }
 }

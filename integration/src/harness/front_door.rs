@@ -20,7 +20,6 @@ use crate::pki::Pki;
 #[derive(Clone, Debug)]
 pub struct Options {
     pub refresh_interval: Duration,
-    pub retention: Duration,
     pub concurrency: u32,
     /// Edits the rendered bootstrap before Envoy starts (negative tests).
     pub edit_config: Option<fn(String) -> String>,
@@ -41,7 +40,6 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             refresh_interval: Duration::from_secs(1),
-            retention: Duration::from_secs(300),
             concurrency: 2,
             edit_config: None,
             ext_proc_args: vec![],
@@ -148,7 +146,7 @@ impl FrontDoor {
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
         let mut topology = Topology::new(apiservers, ports);
         topology.refresh_interval = options.refresh_interval;
-        topology.retention = Some(options.retention);
+        topology.state_file = Some(dir.path().join("mvp-ext-proc-state.json"));
         topology.tls = options.tls.clone();
         topology.serve_extra = options.ext_proc_args.clone();
         if let Some(token) = &options.discovery_token {
@@ -229,6 +227,19 @@ impl FrontDoor {
 
     pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
         self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
+    }
+
+    /// Kills mvp-ext-proc (SIGKILL) and starts it again with the same flags,
+    /// waiting until it answers `/readyz` (its first discovery round).
+    pub async fn restart_ext_proc(&mut self) -> Result<()> {
+        self.ext_proc.kill();
+        self.ext_proc = Proc::spawn("mvp-ext-proc", self.dir.path(), &ext_proc_bin()?, &self.topology.serve_args())?;
+        let readyz = format!("http://127.0.0.1:{}/readyz", self.metrics_port);
+        wait_for("the restarted mvp-ext-proc to be ready", Duration::from_secs(30), || async {
+            self.http.get(&readyz).send().await.ok().filter(|r| r.status().is_success())
+        })
+        .await?;
+        Ok(())
     }
 
     /// mvp-ext-proc's view: `/table` JSON.

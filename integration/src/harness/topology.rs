@@ -43,8 +43,8 @@ pub struct Topology {
     pub apiservers: Vec<(String, String)>,
     pub ports: Ports,
     pub refresh_interval: Duration,
-    /// `--unhealthy-retention`; mvp-ext-proc's default when `None`.
-    pub retention: Option<Duration>,
+    /// `--state-file`: the apiservers' last known API sets across restarts.
+    pub state_file: Option<std::path::PathBuf>,
     /// How often Envoy's refresher polls (fast in tests: readiness waits on it).
     pub table_poll_interval: Duration,
     /// TLS everywhere: Envoy serves TLS with client certificates from the
@@ -60,7 +60,7 @@ impl Topology {
             apiservers,
             ports,
             refresh_interval: Duration::from_secs(1),
-            retention: None,
+            state_file: None,
             table_poll_interval: Duration::from_millis(100),
             tls: None,
             serve_extra: vec![],
@@ -97,8 +97,8 @@ impl Topology {
             "--refresh-interval".into(),
             format!("{}ms", self.refresh_interval.as_millis()),
         ]);
-        if let Some(r) = self.retention {
-            args.extend(["--unhealthy-retention".into(), format!("{}ms", r.as_millis())]);
+        if let Some(f) = &self.state_file {
+            args.extend(["--state-file".into(), f.to_string_lossy().into_owned()]);
         }
         args.extend(self.serve_extra.iter().cloned());
         args.extend(self.peer_flags());

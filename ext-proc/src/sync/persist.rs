@@ -1,0 +1,81 @@
+//! The state file (`--state-file`): every member's last known API set, so a
+//! member that is down when mvp-ext-proc (re)starts keeps routing its
+//! exclusive APIs to itself (a 503 Status) instead of losing them (another
+//! server's 404). Written whenever a view changes, atomically (temporary
+//! file, then rename); read once at start. An entry is used only for the
+//! member of the same name and URL.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::discover::ServerView;
+
+#[derive(Serialize, Deserialize)]
+struct StateFile {
+    /// name → entry
+    apiservers: BTreeMap<String, Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    url: String,
+    view: ServerView,
+}
+
+pub struct Persisted {
+    path: PathBuf,
+}
+
+impl Persisted {
+    pub fn new(path: &Path) -> Persisted {
+        Persisted { path: path.to_path_buf() }
+    }
+
+    /// The views stored for `(name, url)` pairs. A missing file is an empty
+    /// state; an unreadable or broken one is an error the caller logs (and
+    /// then starts without it: the next write replaces the file).
+    pub fn load(&self) -> Result<BTreeMap<(String, String), ServerView>, String> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(format!("--state-file {}: cannot read: {e}", self.path.display())),
+        };
+        let file: StateFile = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("--state-file {}: not a state file: {e}", self.path.display()))?;
+        Ok(file.apiservers.into_iter().map(|(name, e)| ((name, e.url), e.view)).collect())
+    }
+
+    pub fn save<'a>(&self, members: impl IntoIterator<Item = (&'a str, &'a str, &'a ServerView)>) -> Result<(), String> {
+        let file = StateFile {
+            apiservers: members.into_iter().map(|(n, u, v)| (n.to_string(), Entry { url: u.to_string(), view: v.clone() })).collect(),
+        };
+        let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, bytes)
+            .and_then(|_| std::fs::rename(&tmp, &self.path))
+            .map_err(|e| format!("--state-file {}: cannot write: {e}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::Capabilities;
+
+    #[test]
+    fn round_trip_and_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persisted::new(&dir.path().join("state.json"));
+        assert!(p.load().unwrap().is_empty(), "a missing file is an empty state");
+        let mut caps = Capabilities::default();
+        caps.add_resource_name("batch", "v2alpha1", "cronjobs");
+        let view = ServerView { capabilities: caps, groups: vec![] };
+        p.save([("kas-b", "https://127.0.0.1:6443/", &view)]).unwrap();
+        let loaded = p.load().unwrap();
+        assert_eq!(loaded.get(&("kas-b".to_string(), "https://127.0.0.1:6443/".to_string())), Some(&view));
+        std::fs::write(dir.path().join("state.json"), "{").unwrap();
+        assert!(p.load().unwrap_err().contains("not a state file"));
+    }
+}
