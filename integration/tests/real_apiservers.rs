@@ -3,8 +3,11 @@
 //! token file, RBAC), the second serving a different API set, as during an
 //! upgrade. Built by `scripts/kube-apiserver.sh` (cached outside the tree).
 
+use std::process::Command;
+
 use integration::harness::real::{RealControlPlane, TOKENS};
-use integration::harness::{FrontDoor, Options};
+use integration::harness::secure::kubeconfig;
+use integration::harness::{FrontDoor, Options, kubectl_137};
 
 /// kas-b serves three group-versions kas-a does not, and not apps/v1.
 const SKEWED: &[&str] =
@@ -36,6 +39,17 @@ async fn skewed_apis_reach_their_server_in_both_start_orders() {
                     assert_eq!(status(&admin, &door, path).await, 200, "{path}, started {started}, http2={http2}");
                 }
             }
+        }
+        // kubectl discovers every group-version either server serves: the
+        // old servers' APIGroupList answer to its aggregated request is
+        // replaced by the merged document.
+        let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
+        let kc = kubeconfig(cp.dir.path(), &door.url(""), &cp.pki.serving.cert_file, &user);
+        let out = Command::new(kubectl_137().unwrap()).arg("--kubeconfig").arg(&kc).arg("api-versions").output().unwrap();
+        let versions = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for gv in ["apps/v1", "batch/v2alpha1", "storage.k8s.io/v1alpha1", "flowcontrol.apiserver.k8s.io/v1alpha1", "v1"] {
+            assert!(versions.lines().any(|l| l == gv), "kubectl api-versions lacks {gv} (started {started}):\n{versions}");
         }
     }
 }

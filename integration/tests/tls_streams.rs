@@ -3,12 +3,12 @@
 //! caller's identity, watches stream as written, kubectl works with
 //! certificate and token kubeconfigs.
 
-use std::path::Path;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use integration::harness::secure::{TOKEN, setup, strings, user};
+use integration::harness::secure::{TOKEN, kubeconfig, setup, strings, user};
 use integration::harness::{Options, kubectl_137, served_by, tls_client_config};
 use serde_json::Value;
 
@@ -113,16 +113,6 @@ async fn watches_stream_without_buffering() {
         assert!(end_at >= Duration::from_millis(600), "{end_at:?}");
         assert!(first_at + Duration::from_millis(400) < end_at, "first event after {first_at:?}, stream ended after {end_at:?}");
     }
-}
-
-fn kubeconfig(dir: &Path, server: &str, ca: &Path, user: &str) -> std::path::PathBuf {
-    let path = dir.join(format!("kubeconfig-{}", user.len()));
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: mvp\n  cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n- name: mvp\n  context:\n    cluster: mvp\n    user: u\nusers:\n- name: u\n  user:\n{user}\ncurrent-context: mvp\n",
-        ca.display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// kubectl over TLS, with a client-certificate kubeconfig and with a

@@ -79,9 +79,15 @@ pub fn decide<'d>(x: &Exchange, status: &str, content_type: &str, doc: Option<&'
     if status != "200" {
         return Outcome::Pass(Pass::UpstreamStatus);
     }
+    let aggregated = content_type.contains("g=apidiscovery.k8s.io") && content_type.contains("as=apigroupdiscoverylist");
+    let group_list = content_type.starts_with("application/json") && !content_type.contains("as=");
     let expected = match plan {
-        Plan::Merged(_) => content_type.contains("g=apidiscovery.k8s.io") && content_type.contains("as=apigroupdiscoverylist"),
-        _ => content_type.starts_with("application/json") && !content_type.contains("as="),
+        // A server without aggregated discovery (< 1.26) answers a client
+        // that asked for it first with its plain APIGroupList, which names
+        // what cluster-wide APIService objects say, not what the servers
+        // serve: the client gets the merged document it asked for instead.
+        Plan::Merged(_) => aggregated || group_list,
+        _ => group_list,
     };
     let (true, Some(doc)) = (expected, doc) else {
         return Outcome::Pass(Pass::NotRewritable);
@@ -143,9 +149,17 @@ mod tests {
     }
 
     #[test]
+    fn an_old_servers_group_list_is_replaced_by_the_merged_document() {
+        let doc = doc();
+        let out = decide(&asking(&format!("{JSON_CONTENT_TYPE},application/json")), "200", "application/json", Some(&doc));
+        let Outcome::Replace(r) = out else { panic!("{out:?}") };
+        assert_eq!((r.content_type, r.body), (JSON_CONTENT_TYPE, doc.json.identity.clone()));
+    }
+
+    #[test]
     fn other_statuses_and_kinds_pass_through() {
         let doc = doc();
-        for (status, ct) in [("401", "application/json"), ("403", "application/json"), ("500", JSON_CONTENT_TYPE), ("200", "application/json")] {
+        for (status, ct) in [("401", "application/json"), ("403", "application/json"), ("500", JSON_CONTENT_TYPE), ("200", "application/yaml")] {
             let out = decide(&asking(JSON_CONTENT_TYPE), status, ct, Some(&doc));
             assert!(matches!(out, Outcome::Pass(_)), "{status} {ct}: {out:?}");
         }

@@ -55,3 +55,15 @@ pub fn user(v: &Value) -> (String, Vec<String>, String) {
 pub fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
+
+/// A kubeconfig for `server` trusting `ca`, with `user` (the indented body
+/// of a kubeconfig user entry: certificate files or a token).
+pub fn kubeconfig(dir: &Path, server: &str, ca: &Path, user: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("kubeconfig-{}", user.len()));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: mvp\n  cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n- name: mvp\n  context:\n    cluster: mvp\n    user: u\nusers:\n- name: u\n  user:\n{user}\ncurrent-context: mvp\n",
+        ca.display()
+    );
+    std::fs::write(&path, text).expect("writing a kubeconfig");
+    path
+}
