@@ -138,3 +138,53 @@ async fn a_stopped_apiserver_is_503_not_404_until_it_is_back() {
         assert_eq!(status(&admin, &door, only_b).await, 200);
     }
 }
+
+/// The identity the front door forwards for a client certificate is exactly
+/// the one kube-apiserver derives from it (Go's `pkix.Name`: the last CN,
+/// every O): RBAC that names only that user (or group) gives the same
+/// answer through the front door as directly — for a certificate with two
+/// CNs, and for names with RFC 2253 specials and UTF-8.
+#[tokio::test]
+async fn certificate_identities_are_what_kube_derives_itself() {
+    let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let direct = cp.apiservers[0].url();
+    let tricky_user = "jürgen, \"q\" + \\x=y; <z>";
+    let tricky_group = "ops+dev, 東京";
+    let rbac = |kind: &str, name: &str, i: usize| {
+        let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": format!("read-{i}"), "namespace": "default"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]});
+        let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": format!("read-{i}"), "namespace": "default"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("read-{i}")},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}]});
+        [("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", role), ("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", binding)]
+    };
+    for (i, (kind, name)) in [("User", "admin"), ("User", tricky_user), ("Group", tricky_group)].into_iter().enumerate() {
+        for (path, body) in rbac(kind, name, i) {
+            let resp = cp.http.post(format!("{direct}{path}")).json(&body).send().await.unwrap();
+            assert_eq!(resp.status(), 201, "{path}: {}", resp.text().await.unwrap_or_default());
+        }
+    }
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let dir = cp.dir.path();
+    let clients = &cp.pki.clients;
+    let cases = [
+        ("two CNs, the last bound", clients.client_with_names(dir, "two-cns", &["alice", "admin"], &[]).unwrap(), 200),
+        ("two CNs, the first bound", clients.client_with_names(dir, "two-cns-rev", &["admin", "alice"], &[]).unwrap(), 403),
+        ("specials and UTF-8 in the CN", clients.client(dir, "tricky-user", tricky_user, &[]).unwrap(), 200),
+        ("specials and UTF-8 in an O", clients.client(dir, "tricky-group", "somebody", &["other", tricky_group]).unwrap(), 200),
+        ("nobody bound", clients.client(dir, "plain", "alice", &["dev"]).unwrap(), 403),
+    ];
+    let path = "/api/v1/namespaces/default/configmaps";
+    for (why, cert, want) in cases {
+        let config = integration::harness::tls_client_config(&cp.pki.serving.cert_file, Some(&cert), &[b"http/1.1"]).unwrap();
+        let straight = reqwest::Client::builder().use_preconfigured_tls(config).no_proxy().build().unwrap();
+        let direct_status = straight.get(format!("{direct}{path}")).send().await.unwrap().status().as_u16();
+        assert_eq!(direct_status, want, "{why}: directly");
+        for http2 in [true, false] {
+            let via = door.https(Some(&cert), http2).unwrap();
+            assert_eq!(status(&via, &door, path).await, want, "{why}: through the front door (http2={http2})");
+        }
+    }
+}
