@@ -188,3 +188,51 @@ async fn certificate_identities_are_what_kube_derives_itself() {
         }
     }
 }
+
+/// Writes reach the server that serves the API (a Deployment only kas-a
+/// serves, a v2alpha1 CronJob only kas-b serves), read back through the
+/// front door; a watch streams the event of a write made after it started.
+#[tokio::test]
+async fn writes_and_watches_reach_the_server_that_serves_them() {
+    let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let admin = door.https(Some(&cp.admin), true).unwrap();
+    let pod = serde_json::json!({"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}});
+    let writes = [
+        ("/apis/apps/v1/namespaces/default/deployments", serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d1"}, "spec": {"selector": {"matchLabels": {"app": "d1"}},
+            "template": {"metadata": {"labels": {"app": "d1"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})),
+        ("/apis/batch/v2alpha1/namespaces/default/cronjobs", serde_json::json!({"apiVersion": "batch/v2alpha1", "kind": "CronJob",
+            "metadata": {"name": "c1"}, "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": pod}}}})),
+    ];
+    for (path, body) in writes {
+        let name = body["metadata"]["name"].as_str().unwrap().to_string();
+        let resp = admin.post(door.url(path)).json(&body).send().await.unwrap();
+        assert_eq!(resp.status(), 201, "{path}: {}", resp.text().await.unwrap_or_default());
+        for _ in 0..4 {
+            assert_eq!(status(&admin, &door, &format!("{path}/{name}")).await, 200, "{path}/{name}");
+        }
+    }
+
+    let mut watch = admin.get(door.url("/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=30")).send().await.unwrap();
+    assert_eq!(watch.status(), 200);
+    let created = admin
+        .post(door.url("/api/v1/namespaces/default/configmaps"))
+        .json(&serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let mut seen = String::new();
+    let found = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Ok(Some(chunk)) = watch.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains("\"ADDED\"") && seen.contains("\"watched\"") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "watch saw: {seen}");
+}
