@@ -236,3 +236,30 @@ async fn writes_and_watches_reach_the_server_that_serves_them() {
     .await;
     assert_eq!(found, Ok(true), "watch saw: {seen}");
 }
+
+/// Bootstrap without the mvp filter: what a plain round-robin front door does.
+fn without_filter(yaml: String) -> String {
+    integration::harness::edit_http_filters(&yaml, |f| f.retain(|x| x["name"] != "mvp.route"))
+}
+
+/// The control: the same skewed requests through a plain round-robin Envoy
+/// (the same bootstrap without the filter) get 404s — the failure the front
+/// door exists to prevent is really there in this topology.
+#[tokio::test]
+async fn a_plain_round_robin_envoy_gets_404s_for_the_same_requests() {
+    let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let options = Options { tls: Some(cp.pki.clone()), edit_config: Some(without_filter), ..Options::default() };
+    let door = FrontDoor::in_front_of(cp.members(), options).await.unwrap();
+    // A plain load balancer's client authenticates with a token (nothing
+    // would forward a certificate identity).
+    let client = door.https(None, false).unwrap();
+    for path in ["/apis/apps/v1/namespaces/default/deployments", "/apis/batch/v2alpha1/namespaces/default/cronjobs"] {
+        let mut codes = std::collections::BTreeMap::new();
+        for _ in 0..20 {
+            let code = client.get(door.url(path)).bearer_auth(TOKENS[0].0).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+            *codes.entry(code).or_insert(0) += 1;
+        }
+        eprintln!("plain round robin, 20 × {path}: {codes:?}");
+        assert!(codes.get(&404).copied().unwrap_or(0) >= 5, "{path}: {codes:?}");
+    }
+}
