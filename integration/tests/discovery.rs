@@ -81,3 +81,27 @@ async fn bad_discovery_documents_change_nothing_that_was_good() {
         .unwrap_or_else(|| panic!("no sync error metric for v137:\n{metrics}"));
     assert!(errors.rsplit(' ').next().unwrap().parse::<u64>().unwrap() >= 3, "{errors}");
 }
+
+/// An unchanged server without aggregated discovery costs its two list GETs
+/// per round: the probe of every known group-version (≈75 GETs) runs only
+/// when something may have changed — the first read, other list bytes, a
+/// newly known group-version, a health transition — or every 30 s.
+#[tokio::test]
+async fn an_unchanged_old_server_costs_two_gets_per_round() {
+    let old = FakeSpec::new("v130", "v1.30").old();
+    let options = Options { refresh_interval: Duration::from_millis(100), ..Options::default() };
+    let door = FrontDoor::start(&[old, FakeSpec::new("v137", "v1.37")], options).await.unwrap();
+    let stats = || async { door.fake("v130").stats(&door.http).await };
+    let count = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let before = stats().await.unwrap();
+    let after = wait_for("20 more discovery rounds", Duration::from_secs(60), || async {
+        let s = stats().await?;
+        (count(&s, "listRequests") >= count(&before, "listRequests") + 40).then_some(s)
+    })
+    .await
+    .unwrap();
+    let probes = count(&after, "groupVersionRequests") - count(&before, "groupVersionRequests");
+    eprintln!("old server, 20 unchanged rounds: {} list GETs, {probes} group-version GETs", count(&after, "listRequests") - count(&before, "listRequests"));
+    // Probing every round would be over 1,500; one safety-net probe ≈ 75.
+    assert!(probes <= 100, "{probes} group-version GETs in 20 unchanged rounds");
+}

@@ -106,6 +106,15 @@ impl KnownGroupVersions {
         }
     }
 
+    /// How many there are: it only grows, so a changed count means new ones.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn snapshot(&self) -> Vec<(String, String)> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
     }

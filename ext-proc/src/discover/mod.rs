@@ -15,6 +15,8 @@ pub mod transport;
 pub mod unaggregated;
 
 use std::collections::HashMap;
+
+use sha2::Digest;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,11 +81,30 @@ pub struct Discoverer {
     /// Group-versions every discoverer asks servers without aggregated
     /// discovery about.
     known: KnownGroupVersions,
+    /// A server without aggregated discovery: per root, the list it was
+    /// probed for and the result (see [`Discoverer::probe_again`]).
+    probed: HashMap<&'static str, Probed>,
+    /// Set by the caller after a health transition: probe in full.
+    force_probe: bool,
 }
+
+/// An old server's full probe of one root, reused while nothing suggests a
+/// change: its list answers the same bytes, no group-version became known,
+/// and [`FULL_PROBE_EVERY`] has not passed.
+struct Probed {
+    list_digest: [u8; 32],
+    known: usize,
+    at: std::time::Instant,
+    view: Arc<RootView>,
+}
+
+/// How often an old server is probed in full even when nothing suggests a
+/// change (a restart between two polls with the same list, say).
+pub const FULL_PROBE_EVERY: Duration = Duration::from_secs(30);
 
 impl Discoverer {
     pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions, known: KnownGroupVersions) -> Discoverer {
-        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known }
+        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known, probed: HashMap::new(), force_probe: true }
     }
 
     fn client(&mut self, address: Option<SocketAddr>) -> Result<reqwest::Client, DiscoveryError> {
@@ -118,6 +139,19 @@ impl Discoverer {
         }
     }
 
+    /// Asks for a full read next time (after a health transition: a server
+    /// that comes back may be another release).
+    pub fn force_full_read(&mut self) {
+        self.force_probe = true;
+    }
+
+    /// Whether an old server's root must be probed in full again. A steady
+    /// round costs its two list GETs only; the probe (one GET per known
+    /// group-version) runs when something may have changed.
+    fn probe_again(&self, p: &Probed, digest: &[u8; 32]) -> bool {
+        self.force_probe || p.list_digest != *digest || p.known != self.known.len() || p.at.elapsed() >= FULL_PROBE_EVERY
+    }
+
     /// One full read of the server's discovery. Any failure fails the whole
     /// read: a partial view would make the table claim less than the server
     /// serves and reroute its own requests away from it.
@@ -128,6 +162,7 @@ impl Discoverer {
         let client = self.client(address)?;
         let core = self.root(&client, "/api", Root::Core).await?;
         let groups = self.root(&client, "/apis", Root::Groups).await?;
+        self.force_probe = false;
         if let Some((c, g, view)) = &self.last
             && Arc::ptr_eq(c, &core)
             && Arc::ptr_eq(g, &groups)
@@ -167,7 +202,16 @@ impl Discoverer {
                     Ok(view)
                 } else {
                     self.cache.remove(path);
-                    Ok(Arc::new(self.unaggregated(client, path, root, &body).await?))
+                    let digest: [u8; 32] = sha2::Sha256::digest(&body).into();
+                    if let Some(p) = self.probed.get(path)
+                        && !self.probe_again(p, &digest)
+                    {
+                        return Ok(p.view.clone());
+                    }
+                    let view = Arc::new(self.unaggregated(client, path, root, &body).await?);
+                    let probed = Probed { list_digest: digest, known: self.known.len(), at: std::time::Instant::now(), view: view.clone() };
+                    self.probed.insert(path, probed);
+                    Ok(view)
                 }
             }
             Fetched::NotFound => Err(DiscoveryError::Fetch { path: path.into(), source: FetchError::Status(404) }),

@@ -115,7 +115,7 @@ impl Syncer {
         let addresses: Vec<_> = self.states.iter().map(|s| s.address).collect();
         let results = futures::future::join_all(self.discoverers.iter_mut().zip(addresses).map(|(d, a)| d.discover(a))).await;
         let now = Instant::now();
-        for (state, result) in self.states.iter_mut().zip(results) {
+        for ((state, result), discoverer) in self.states.iter_mut().zip(results).zip(self.discoverers.iter_mut()) {
             let name = state.spec.name.clone();
             match result {
                 Ok(view) => {
@@ -127,6 +127,9 @@ impl Syncer {
                     state.succeeded(view, now);
                 }
                 Err(e) => {
+                    // When it answers again it may be another release: read
+                    // everything then.
+                    discoverer.force_full_read();
                     self.metrics.sync_error(&name, "fetch_discovery");
                     let had = state.view.is_some();
                     state.failed(e.to_string());

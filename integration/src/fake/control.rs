@@ -55,6 +55,8 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
             "aggregatedOk": st.aggregated_ok.load(Ordering::Relaxed),
             "notModified": st.not_modified.load(Ordering::Relaxed),
             "resourceRequests": st.resource_requests.load(Ordering::Relaxed),
+            "listRequests": st.list_requests.load(Ordering::Relaxed),
+            "groupVersionRequests": st.group_version_requests.load(Ordering::Relaxed),
         }),
     )
 }

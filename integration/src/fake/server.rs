@@ -69,6 +69,18 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
         }
         "/api" if agg => return aggregated(&s, &headers, &docs.api, false),
         "/apis" if agg => return aggregated(&s, &headers, &docs.apis, true),
+        "/api" | "/apis" => {
+            s.stats.list_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        "/api/v1" => {
+            s.stats.group_version_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        _ if trimmed.starts_with("/apis/") && trimmed.matches('/').count() == 3 => {
+            s.stats.group_version_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        _ => {}
+    }
+    match trimmed {
         "/api" => {
             return json_response(
                 StatusCode::OK,

@@ -43,6 +43,10 @@ pub struct Stats {
     pub aggregated_ok: AtomicU64,
     pub not_modified: AtomicU64,
     pub resource_requests: AtomicU64,
+    /// Unaggregated discovery: `/api` and `/apis` lists…
+    pub list_requests: AtomicU64,
+    /// …and per-group-version documents (`/api/v1`, `/apis/{g}/{v}`).
+    pub group_version_requests: AtomicU64,
 }
 
 impl FakeState {
