@@ -13,6 +13,7 @@ use rcgen::{
 pub struct Ca {
     pub name: String,
     pub cert_file: PathBuf,
+    pub key_file: PathBuf,
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
@@ -40,14 +41,37 @@ impl Ca {
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        let key = KeyPair::generate()?;
+        // On disk too, for certificates rcgen cannot write (openssl signs them).
+        let key_file = dir.join(format!("{name}-ca.key"));
+        std::fs::write(&key_file, key.serialize_pem())?;
+        let issuer = CertifiedIssuer::self_signed(params, key)?;
         let cert_file = dir.join(format!("{name}-ca.crt"));
         std::fs::write(&cert_file, issuer.pem())?;
-        Ok(Ca { name: name.into(), cert_file, issuer })
+        Ok(Ca { name: name.into(), cert_file, key_file, issuer })
     }
 
     pub fn pem(&self) -> String {
         self.issuer.pem()
+    }
+
+    /// A client certificate for an OpenSSL `-subj` (e.g. a multi-valued RDN
+    /// `/CN=a+CN=b`, which rcgen cannot write), signed with `openssl`.
+    pub fn client_from_openssl_subject(&self, dir: &Path, file: &str, subject: &str) -> Result<Leaf> {
+        let (key_file, csr, cert_file, ext) =
+            (dir.join(format!("{file}.key")), dir.join(format!("{file}.csr")), dir.join(format!("{file}.crt")), dir.join(format!("{file}.ext")));
+        std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")?;
+        let run = |args: &[&std::ffi::OsStr]| -> Result<()> {
+            let out = std::process::Command::new("openssl").args(args).output()?;
+            anyhow::ensure!(out.status.success(), "openssl {:?}: {}", args, String::from_utf8_lossy(&out.stderr));
+            Ok(())
+        };
+        let os = |s: &str| std::ffi::OsString::from(s);
+        run(&[&os("req"), &os("-new"), &os("-newkey"), &os("ec"), &os("-pkeyopt"), &os("ec_paramgen_curve:prime256v1"), &os("-nodes"),
+            &os("-keyout"), key_file.as_os_str(), &os("-out"), csr.as_os_str(), &os("-subj"), &os(subject), &os("-multivalue-rdn"), &os("-utf8")])?;
+        run(&[&os("x509"), &os("-req"), &os("-in"), csr.as_os_str(), &os("-CA"), self.cert_file.as_os_str(), &os("-CAkey"), self.key_file.as_os_str(),
+            &os("-CAcreateserial"), &os("-days"), &os("1"), &os("-extfile"), ext.as_os_str(), &os("-out"), cert_file.as_os_str()])?;
+        Ok(Leaf { cert_file, key_file })
     }
 
     /// A serving certificate for `dns` names and `ips`.

@@ -263,3 +263,41 @@ async fn a_plain_round_robin_envoy_gets_404s_for_the_same_requests() {
         assert!(codes.get(&404).copied().unwrap_or(0) >= 5, "{path}: {codes:?}");
     }
 }
+
+/// A multi-valued RDN (`CN=alice+CN=admin`, written by openssl): Envoy's
+/// RFC 2253 form prints its attributes in reverse too, and the front door
+/// forwards the CN kube-apiserver itself takes (Go: the last in the DER
+/// order of the set, which sorts shorter encodings first, then bytes) —
+/// RBAC naming one of the two decides the same way through the front door
+/// as directly.
+#[tokio::test]
+async fn a_multi_valued_rdn_identity_is_what_kube_derives() {
+    let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let direct = cp.apiservers[0].url();
+    let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "read", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]});
+    let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "read", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]});
+    for (path, body) in [("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", role), ("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", binding)] {
+        assert_eq!(cp.http.post(format!("{direct}{path}")).json(&body).send().await.unwrap().status(), 201);
+    }
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let mut directs = vec![];
+    for (file, subject) in [("mv1", "/O=dev/CN=alice+CN=admin"), ("mv2", "/O=dev/CN=admin+CN=alice"), ("mv3", "/CN=carol+CN=alice")] {
+        let cert = cp.pki.clients.client_from_openssl_subject(cp.dir.path(), file, subject).unwrap();
+        let config = integration::harness::tls_client_config(&cp.pki.serving.cert_file, Some(&cert), &[b"http/1.1"]).unwrap();
+        let straight = reqwest::Client::builder().use_preconfigured_tls(config).no_proxy().build().unwrap();
+        let direct_status = straight.get(format!("{direct}{path}")).send().await.unwrap().status().as_u16();
+        directs.push(direct_status);
+        for http2 in [true, false] {
+            let via = door.https(Some(&cert), http2).unwrap();
+            assert_eq!(status(&via, &door, path).await, direct_status, "{subject} (http2={http2})");
+        }
+    }
+    // Both outcomes occur, so the comparison decided something.
+    assert!(directs.contains(&200) && directs.contains(&403), "direct answers: {directs:?}");
+}
