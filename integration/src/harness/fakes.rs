@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde_json::Value;
 
-use super::process::Proc;
+use super::process::{Proc, arg};
 use super::tools::{fake_bin, fixtures_dir};
 
 #[derive(Clone, Debug)]
@@ -106,7 +106,7 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
         "--listen".into(),
         format!("127.0.0.1:{port}"),
         "--fixtures".into(),
-        fixtures_dir().to_string_lossy().into_owned(),
+        arg(&fixtures_dir()),
     ];
     if !spec.aggregated {
         args.push("--no-aggregated-discovery".into());
@@ -118,16 +118,15 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
         args.push(t.clone());
     }
     if let Some(t) = &spec.tls {
-        let p = |p: &Path| p.to_string_lossy().into_owned();
         args.extend([
             "--tls-cert-file".into(),
-            p(&t.serving.cert_file),
+            arg(&t.serving.cert_file),
             "--tls-private-key-file".into(),
-            p(&t.serving.key_file),
+            arg(&t.serving.key_file),
             "--client-ca-file".into(),
-            p(&t.client_ca),
+            arg(&t.client_ca),
             "--requestheader-client-ca-file".into(),
-            p(&t.requestheader_ca),
+            arg(&t.requestheader_ca),
         ]);
         if !t.requestheader_allowed_names.is_empty() {
             args.push("--requestheader-allowed-names".into());

@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+/// A path as a command-line argument.
+pub fn arg(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
 /// `n` distinct free loopback ports: every probe socket is held until all
 /// are chosen, since the kernel readily hands a just-closed port out again
 /// (two one-at-a-time picks once gave Envoy and mvp-ext-proc the same port).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 
-use super::process::{Proc, free_ports, wait_for};
+use super::process::{Proc, arg, free_ports, wait_for};
 use crate::pki::{Leaf, Pki};
 
 /// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
@@ -119,7 +119,6 @@ impl RealControlPlane {
     fn args(&self, a: &RealApiserver) -> Result<Vec<String>> {
         let dir = self.dir.path();
         let serving = self.pki.apiserver(dir, &a.name)?;
-        let p = |p: &Path| p.to_string_lossy().into_owned();
         let mut args: Vec<String> = vec![
             format!("--etcd-servers={}", self.etcd_url),
             "--bind-address=127.0.0.1".into(),
@@ -128,18 +127,18 @@ impl RealControlPlane {
             "--advertise-address=127.0.0.1".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--endpoint-reconciler-type=none".into(),
-            format!("--tls-cert-file={}", p(&serving.cert_file)),
-            format!("--tls-private-key-file={}", p(&serving.key_file)),
-            format!("--client-ca-file={}", p(&self.pki.clients.cert_file)),
-            format!("--requestheader-client-ca-file={}", p(&self.pki.requestheader.cert_file)),
+            format!("--tls-cert-file={}", arg(&serving.cert_file)),
+            format!("--tls-private-key-file={}", arg(&serving.key_file)),
+            format!("--client-ca-file={}", arg(&self.pki.clients.cert_file)),
+            format!("--requestheader-client-ca-file={}", arg(&self.pki.requestheader.cert_file)),
             format!("--requestheader-allowed-names={}", crate::pki::PROXY_CLIENT_CN),
             "--requestheader-username-headers=X-Remote-User".into(),
             "--requestheader-group-headers=X-Remote-Group".into(),
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
             "--authorization-mode=RBAC".into(),
-            format!("--token-auth-file={}", p(&self.tokens)),
-            format!("--service-account-key-file={}", p(&self.service_account_pub)),
-            format!("--service-account-signing-key-file={}", p(&self.service_account_key)),
+            format!("--token-auth-file={}", arg(&self.tokens)),
+            format!("--service-account-key-file={}", arg(&self.service_account_pub)),
+            format!("--service-account-signing-key-file={}", arg(&self.service_account_key)),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--profiling=false".into(),
         ];

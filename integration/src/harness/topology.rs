@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::process::wait_for;
+use super::process::{arg, wait_for};
 use super::tools::wasm_file;
 use crate::pki::Pki;
 
@@ -72,15 +72,14 @@ impl Topology {
     }
 
     fn peer_flags(&self) -> Vec<String> {
-        let p = |p: &Path| p.to_string_lossy().into_owned();
         match &self.tls {
             Some(pki) => vec![
                 "--peer-ca-file".into(),
-                p(&pki.serving.cert_file),
+                arg(&pki.serving.cert_file),
                 "--proxy-client-cert-file".into(),
-                p(&pki.proxy_client.cert_file),
+                arg(&pki.proxy_client.cert_file),
                 "--proxy-client-key-file".into(),
-                p(&pki.proxy_client.key_file),
+                arg(&pki.proxy_client.key_file),
             ],
             None => vec![],
         }
@@ -98,7 +97,7 @@ impl Topology {
             format!("{}ms", self.refresh_interval.as_millis()),
         ]);
         if let Some(f) = &self.state_file {
-            args.extend(["--state-file".into(), f.to_string_lossy().into_owned()]);
+            args.extend(["--state-file".into(), arg(f)]);
         }
         args.extend(self.serve_extra.iter().cloned());
         args.extend(self.peer_flags());
@@ -114,7 +113,7 @@ impl Topology {
             "--admin".into(),
             format!("127.0.0.1:{}", self.ports.admin),
             "--wasm".into(),
-            wasm_file()?.to_string_lossy().into_owned(),
+            arg(&wasm_file()?),
             "--ext-proc".into(),
             format!("127.0.0.1:{}", self.ports.grpc),
             "--table-poll-interval".into(),
@@ -122,14 +121,13 @@ impl Topology {
         ]);
         args.extend(self.peer_flags());
         if let Some(pki) = &self.tls {
-            let p = |p: &Path| p.to_string_lossy().into_owned();
-            args.extend([
+                args.extend([
                 "--tls-cert-file".into(),
-                p(&pki.front_door.cert_file),
+                arg(&pki.front_door.cert_file),
                 "--tls-private-key-file".into(),
-                p(&pki.front_door.key_file),
+                arg(&pki.front_door.key_file),
                 "--client-ca-file".into(),
-                p(&pki.clients.cert_file),
+                arg(&pki.clients.cert_file),
             ]);
         }
         Ok(args)
@@ -144,7 +142,7 @@ impl Topology {
     pub fn envoy_args(config: &Path, concurrency: u32, log_level: &str) -> Vec<String> {
         vec![
             "-c".to_string(),
-            config.to_string_lossy().into_owned(),
+            arg(config),
             "--concurrency".into(),
             concurrency.to_string(),
             "--disable-hot-restart".into(),
