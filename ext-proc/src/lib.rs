@@ -23,6 +23,7 @@ pub mod discover;
 pub mod envoy_config;
 pub mod merge;
 pub mod metrics;
+pub mod openapi;
 pub mod publish;
 pub mod rewrite;
 pub mod routing_table;

@@ -27,6 +27,12 @@ struct ResultLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RewriteLabels {
+    document: String,
+    result: String,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     sync_errors: Family<SyncErrorLabels, Counter>,
@@ -38,7 +44,7 @@ pub struct Metrics {
     peer_aggregated_hits: Counter,
     peer_aggregated_misses: Counter,
     nopeer_requests: Counter,
-    rewrites: Family<ResultLabels, Counter>,
+    rewrites: Family<RewriteLabels, Counter>,
 }
 
 impl Metrics {
@@ -89,7 +95,7 @@ impl Metrics {
         );
         registry.register(
             "mvp_discovery_rewrites",
-            "/apis exchanges by outcome (merged, group_list, not_modified, nopeer, passthrough, upstream_status, not_rewritable)",
+            "Exchanges on the merged documents (document: apis, openapi_v2, openapi_v3) by outcome (merged, group_list, not_modified, identical, nopeer, passthrough, upstream_status, not_rewritable)",
             m.rewrites.clone(),
         );
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
@@ -131,8 +137,8 @@ impl Metrics {
         self.nopeer_requests.inc();
     }
 
-    pub fn discovery_rewrite(&self, result: &str) {
-        self.rewrites.get_or_create(&ResultLabels { result: result.into() }).inc();
+    pub fn discovery_rewrite(&self, document: &str, result: &str) {
+        self.rewrites.get_or_create(&RewriteLabels { document: document.into(), result: result.into() }).inc();
     }
 
     pub fn encode(&self) -> String {

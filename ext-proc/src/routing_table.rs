@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 
 use crate::capabilities::Capabilities;
+use crate::openapi::ServerOpenApi;
 
 type Bits = u64;
 
@@ -41,6 +42,8 @@ pub struct Member<'a> {
     pub healthy: bool,
     /// What it serves (its last good view), if anything is known.
     pub capabilities: Option<&'a Capabilities>,
+    /// Its OpenAPI documents, if read.
+    pub openapi: Option<&'a ServerOpenApi>,
 }
 
 /// Servers without a resolved address are left out: Envoy cannot be told to
@@ -48,8 +51,16 @@ pub struct Member<'a> {
 pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable {
     let members: Vec<Member<'a>> = all.into_iter().filter(|s| s.address.is_some()).collect();
     let mut groups: BTreeMap<String, GroupBits> = BTreeMap::new();
+    let mut openapi_v3: BTreeMap<&str, Bits> = BTreeMap::new();
     for (i, s) in members.iter().enumerate() {
         let bit = 1u64 << i;
+        if let Some(o) = s.openapi
+            && o.v3_index.is_some()
+        {
+            for key in std::iter::once("").chain(o.v3_keys()) {
+                *openapi_v3.entry(key).or_default() |= bit;
+            }
+        }
         let Some(caps) = s.capabilities else { continue };
         for (g, versions) in &caps.groups {
             let gb = groups.entry(g.clone()).or_default();
@@ -105,6 +116,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                     .collect(),
             })
             .collect(),
+        openapi_v3: openapi_v3.into_iter().map(|(key, servers)| pb::OpenApiV3Route { key: key.to_string(), servers }).collect(),
     };
     let digest = Sha256::digest(table.encode_to_vec());
     let mut v = [0u8; 8];

@@ -68,7 +68,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
 
     let grpc_server = tonic::transport::Server::builder()
         .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
-        .add_service(rewrite::server::Rewriter::server(published.merged.clone(), metrics.clone()))
+        .add_service(rewrite::server::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
         .serve_with_incoming_shutdown(incoming(grpc), shutdown_signal());
     let sync_task = tokio::spawn(syncer.run());
     let admin_task = admin_listener.map(|l| {

@@ -54,6 +54,69 @@ async fn skewed_apis_reach_their_server_in_both_start_orders() {
     }
 }
 
+/// Every definition and path either server has, as a set.
+fn openapi_names(doc: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    ["paths", "definitions"]
+        .iter()
+        .flat_map(|m| doc[*m].as_object().into_iter().flat_map(move |o| o.keys().map(move |k| format!("{m}:{k}"))))
+        .collect()
+}
+
+/// `kubectl explain` and `kubectl api-resources` see every server's types:
+/// v1.20 has no `/openapi/v3` (kubectl falls back to `/openapi/v2`, in
+/// protobuf), and the front door answers `/openapi/v2` with the union of
+/// both servers' documents, JSON and protobuf.
+#[tokio::test]
+async fn kubectl_explain_and_api_resources_see_every_server() {
+    let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
+    let kc = kubeconfig(cp.dir.path(), &door.url(""), &cp.pki.serving.cert_file, &user);
+
+    // The JSON form is the exact union of what the two servers serve.
+    let admin = door.https(Some(&cp.admin), true).unwrap();
+    let mut direct = std::collections::BTreeSet::new();
+    for a in &cp.apiservers {
+        let own: serde_json::Value = cp.http.get(format!("{}/openapi/v2", a.url())).send().await.unwrap().json().await.unwrap();
+        direct.extend(openapi_names(&own));
+    }
+    let wait = integration::harness::wait_for("the merged /openapi/v2", std::time::Duration::from_secs(30), || async {
+        let r = admin.get(door.url("/openapi/v2")).header("accept", "application/json").send().await.ok()?;
+        let etag = r.headers().get("etag")?.to_str().ok()?.to_string();
+        let doc: serde_json::Value = r.json().await.ok()?;
+        (openapi_names(&doc) == direct).then_some(etag)
+    })
+    .await;
+    let etag = wait.expect("the merged /openapi/v2 lists every path and definition of both servers");
+    let revalidated = admin.get(door.url("/openapi/v2")).header("accept", "application/json").header("if-none-match", &etag).send().await.unwrap();
+    assert_eq!(revalidated.status(), 304, "a client holding the merged document revalidates it");
+
+    let explain = [
+        (&["explain", "deployments.spec.strategy"][..], "apps/v1"),
+        (&["explain", "cronjobs", "--api-version=batch/v2alpha1"], "batch/v2alpha1"),
+        (&["explain", "volumeattachments", "--api-version=storage.k8s.io/v1alpha1"], "storage.k8s.io/v1alpha1"),
+        (&["explain", "flowschemas", "--api-version=flowcontrol.apiserver.k8s.io/v1alpha1"], "flowcontrol.apiserver.k8s.io/v1alpha1"),
+    ];
+    for kubectl in [kubectl_137().unwrap(), "kubectl".into()] {
+        for _ in 0..5 {
+            for (args, version) in explain {
+                let out = Command::new(&kubectl).arg("--kubeconfig").arg(&kc).args(args).output().unwrap();
+                let text = String::from_utf8_lossy(&out.stdout);
+                assert!(out.status.success() && text.contains(version), "{kubectl:?} {args:?}: {}{text}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        let out = Command::new(&kubectl).arg("--kubeconfig").arg(&kc).arg("api-resources").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for (resource, version) in [("deployments", "apps/v1"), ("volumeattachments", "storage.k8s.io/v1"), ("configmaps", "v1")] {
+            assert!(
+                text.lines().any(|l| l.split_whitespace().next() == Some(resource) && l.split_whitespace().any(|w| w == version)),
+                "{kubectl:?} api-resources lacks {resource} {version}:\n{text}"
+            );
+        }
+    }
+}
+
 /// Identities reach the real apiservers exactly as they would directly: a
 /// certificate in system:masters may list everything, a token user with no
 /// RBAC rights gets kube's own 403, an unknown token 401.
@@ -237,9 +300,10 @@ async fn writes_and_watches_reach_the_server_that_serves_them() {
     assert_eq!(found, Ok(true), "watch saw: {seen}");
 }
 
-/// Bootstrap without the mvp filter: what a plain round-robin front door does.
+/// Bootstrap without the mvp filter and ext_proc: what a plain round-robin
+/// front door does.
 fn without_filter(yaml: String) -> String {
-    integration::harness::edit_http_filters(&yaml, |f| f.retain(|x| x["name"] != "mvp.route"))
+    integration::harness::edit_http_filters(&yaml, |f| f.retain(|x| x["name"] != "mvp.route" && x["name"] != "envoy.filters.http.ext_proc"))
 }
 
 /// The control: the same skewed requests through a plain round-robin Envoy
@@ -262,6 +326,17 @@ async fn a_plain_round_robin_envoy_gets_404s_for_the_same_requests() {
         eprintln!("plain round robin, 20 × {path}: {codes:?}");
         assert!(codes.get(&404).copied().unwrap_or(0) >= 5, "{path}: {codes:?}");
     }
+    // kubectl explain's schema source: one server's half.
+    let mut lacking = 0;
+    for _ in 0..20 {
+        let doc: serde_json::Value = client.get(door.url("/openapi/v2")).bearer_auth(TOKENS[0].0).send().await.unwrap().json().await.unwrap();
+        let names = openapi_names(&doc);
+        if !names.contains("definitions:io.k8s.api.apps.v1.Deployment") || !names.contains("definitions:io.k8s.api.batch.v2alpha1.CronJob") {
+            lacking += 1;
+        }
+    }
+    eprintln!("plain round robin, 20 × /openapi/v2: {lacking} lack apps/v1 Deployment or batch/v2alpha1 CronJob");
+    assert_eq!(lacking, 20, "each server has only its own half");
 }
 
 /// A multi-valued RDN (`CN=alice+CN=admin`, written by openssl): Envoy's

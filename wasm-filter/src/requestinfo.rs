@@ -27,6 +27,7 @@
 //! Non-resource paths
 //!   /apis/{group}/{version}, /apis/{group}, /api/{version}  (routed: `Discovery`)
 //!   /apis, /api, /healthz, /version, /openapi/…, /            (`NonResource`)
+//!   /openapi/v3, /openapi/v3/{key}   (not RequestInfo's: routed as `OpenApiV3`)
 //! ```
 //!
 //! The verb comes from the method, a `watch`/`proxy` prefix, and on a
@@ -96,6 +97,10 @@ pub struct ResourceRequest<'a> {
 pub enum RouteKey<'a> {
     Resource { group: Segment<'a>, version: Segment<'a>, resource: Segment<'a>, subresource: Segment<'a> },
     Discovery { group: Segment<'a>, version: Option<Segment<'a>> },
+    /// `/openapi/v3` (key `""`) and `/openapi/v3/{key}` — kube-openapi's
+    /// index and its documents (`apis/apps/v1`, `api/v1`, `version`, …),
+    /// keyed exactly as the index lists them.
+    OpenApiV3 { key: Segment<'a> },
     /// Non-resource and invalid requests: never rerouted.
     None,
 }
@@ -139,6 +144,13 @@ impl Method {
 
 /// The routing key of a request: the segment walk only.
 pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
+    if let Some(rest) = path.path().strip_prefix(b"/openapi/v3")
+        && (rest.is_empty() || rest.starts_with(b"/"))
+    {
+        // kube-openapi's handler3 takes everything after `/openapi/v3/` as
+        // the key (`strings.SplitAfterN(path, "/", 4)[3]`).
+        return RouteKey::OpenApiV3 { key: rest.strip_prefix(b"/").unwrap_or(rest) };
+    }
     match walk(path.path()) {
         Walked::Resource(w) => RouteKey::Resource {
             group: w.group,

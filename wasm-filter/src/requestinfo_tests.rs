@@ -207,6 +207,7 @@ fn agrees(raw: &[u8]) -> bool {
         }
         (RequestInfo::Discovery { group: g, version: v }, RouteKey::Discovery { group, version }) => (g, v) == (group, version),
         (RequestInfo::NonResource | RequestInfo::Invalid, RouteKey::None) => true,
+        (RequestInfo::NonResource, RouteKey::OpenApiV3 { .. }) => true,
         _ => false,
     })
 }
@@ -220,6 +221,7 @@ fn route_key_is_classify_without_verb() {
         b"/apis/apps/v1",
         b"/api/v1/watch",
         b"/healthz",
+        b"/openapi/v3/apis/apps/v1",
     ] {
         assert!(agrees(raw), "{}", String::from_utf8_lossy(raw));
     }

@@ -19,6 +19,7 @@ pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t 
             table.resource_upstreams(group, version, resource, subresource)
         }
         RouteKey::Discovery { group, version } => table.discovery_upstreams(group, version),
+        RouteKey::OpenApiV3 { key } => table.openapi_v3_upstreams(key),
         RouteKey::None => None,
     };
     found.map(|u| u.header_value(n))

@@ -21,6 +21,14 @@ fn decisions() {
         ("/healthz", None),
         ("/apis/unknown.example/v1/things", None),
         ("/apis/resource.k8s.io/v1/watch", None),
+        ("/openapi/v3", Some("127.0.0.1:1001,127.0.0.1:1002")),
+        ("/openapi/v3?timeout=32s", Some("127.0.0.1:1001,127.0.0.1:1002")),
+        ("/openapi/v3/api/v1", Some("127.0.0.1:1001,127.0.0.1:1002")),
+        ("/openapi/v3/apis/resource.k8s.io/v1?hash=ABC", Some("127.0.0.1:1002")),
+        ("/openapi/v3/apis/resource.k8s.io%2Fv1", Some("127.0.0.1:1002")),
+        ("/openapi/v3/apis/unknown.example/v1", None),
+        ("/openapi/v3x", None),
+        ("/openapi/v2", None),
     ];
     for (path, want) in cases {
         assert_eq!(decide(&t, path.as_bytes(), 0), *want, "{path}");

@@ -81,6 +81,8 @@ pub struct RouteTable {
     version: u64,
     all: ServerSet,
     groups: HashMap<Box<[u8]>, Group>,
+    /// `/openapi/v3/{key}` → the servers whose index lists it.
+    openapi_v3: HashMap<Box<[u8]>, ServerSet>,
     upstreams: HashMap<ServerSet, Upstreams>,
 }
 
@@ -135,7 +137,10 @@ impl RouteTable {
                 }
             }
         }
-        let mut sets: Vec<ServerSet> = Vec::new();
+        for o in &t.openapi_v3 {
+            *table.openapi_v3.entry(key(&o.key)).or_default() |= o.servers & all;
+        }
+        let mut sets: Vec<ServerSet> = table.openapi_v3.values().copied().collect();
         for g in table.groups.values() {
             sets.push(g.servers);
             for v in g.versions.values() {
@@ -186,6 +191,12 @@ impl RouteTable {
             None => g.servers,
         };
         self.pinned(set)
+    }
+
+    /// The upstreams for `/openapi/v3/{key}` (`key` `""`: the index): the
+    /// servers whose index lists it, as only they serve it.
+    pub fn openapi_v3_upstreams(&self, key: &[u8]) -> Option<&Upstreams> {
+        self.pinned(*self.openapi_v3.get(key)?)
     }
 
     fn pinned(&self, set: ServerSet) -> Option<&Upstreams> {

@@ -79,6 +79,12 @@ pub fn sample() -> pb::RoutingTable {
                 }],
             },
         ],
+        // a and b have an /openapi/v3 index; only b lists resource.k8s.io/v1.
+        openapi_v3: vec![
+            pb::OpenApiV3Route { key: "".into(), servers: 0b011 },
+            pb::OpenApiV3Route { key: "api/v1".into(), servers: 0b011 },
+            pb::OpenApiV3Route { key: "apis/resource.k8s.io/v1".into(), servers: 0b010 },
+        ],
     }
 }
 

@@ -22,6 +22,8 @@ pub enum FetchError {
     TooLarge(usize),
     #[error("answered 304 to a request without If-None-Match")]
     UnexpectedNotModified,
+    #[error("document does not parse: {0}")]
+    Invalid(String),
 }
 
 fn transport(e: reqwest::Error) -> FetchError {

@@ -11,6 +11,7 @@
 pub mod aggregated;
 mod fetch;
 pub mod known;
+pub mod openapi;
 pub mod transport;
 pub mod unaggregated;
 
@@ -86,6 +87,10 @@ pub struct Discoverer {
     probed: HashMap<&'static str, Probed>,
     /// Set by the caller after a health transition: probe in full.
     force_probe: bool,
+    /// The last read of its OpenAPI documents ([`openapi`]).
+    openapi: Option<openapi::OpenApiRead>,
+    /// Set after a health transition: read OpenAPI again.
+    force_openapi: bool,
 }
 
 /// An old server's full probe of one root, reused while nothing suggests a
@@ -104,7 +109,7 @@ pub const FULL_PROBE_EVERY: Duration = Duration::from_secs(30);
 
 impl Discoverer {
     pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions, known: KnownGroupVersions) -> Discoverer {
-        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known, probed: HashMap::new(), force_probe: true }
+        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known, probed: HashMap::new(), force_probe: true, openapi: None, force_openapi: true }
     }
 
     fn client(&mut self, address: Option<SocketAddr>) -> Result<reqwest::Client, DiscoveryError> {
@@ -143,6 +148,7 @@ impl Discoverer {
     /// that comes back may be another release).
     pub fn force_full_read(&mut self) {
         self.force_probe = true;
+        self.force_openapi = true;
     }
 
     /// Whether an old server's root must be probed in full again. A steady

@@ -1,4 +1,5 @@
-//! The route table: `/apis` through ext_proc, one route per number of
+//! The route table: the merged documents (`/apis`, `/openapi/v2`, the
+//! `/openapi/v3` index) through ext_proc, one route per number of
 //! apiservers the filter pinned a request to, and the default route.
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
@@ -23,6 +24,10 @@ fn to_apiservers(cluster: &str, retries: usize) -> Value {
         },
     })
 }
+
+/// The paths whose answers ext_proc may replace with a merged document
+/// (`rewrite::exchange::Target` names the same ones).
+pub const MERGED_PATHS: [&str; 5] = ["/apis", "/apis/", "/openapi/v2", "/openapi/v3", "/openapi/v3/"];
 
 /// Per-route config that keeps a route out of ext_proc entirely.
 fn without_ext_proc() -> Value {
@@ -63,11 +68,13 @@ fn route_set(apiservers: usize, cluster: &str, identity_header: Option<&str>) ->
         }
         if headers.is_empty() { Value::Null } else { Value::Array(headers) }
     };
-    // `/apis` (kubectl also sends `/apis?timeout=32s`; the query is not part
-    // of the match) goes through ext_proc; every other route has no ext_proc
-    // stream at all.
-    let discovery = |path: &str| json!({"match": {"path": path, "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all)});
-    let mut routes = vec![discovery("/apis"), discovery("/apis/")];
+    // The merged documents (kubectl also sends `/apis?timeout=32s`; the
+    // query is not part of the match) go through ext_proc; every other route
+    // has no ext_proc stream at all. A request the filter pinned (the
+    // `/openapi/v3` index, to servers that have one) matches here too: the
+    // override host is the cluster's, whichever route.
+    let merged = |path: &str| json!({"match": {"path": path, "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all)});
+    let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
     // Requests the filter pinned (it sets only the route header; setting it
     // clears the route cache, so Envoy matches again): one route per number
     // of listed apiservers k, retrying at most k-1 times so a failover never
@@ -96,15 +103,16 @@ mod tests {
     #[test]
     fn pinned_requests_retry_only_within_their_list() {
         let r = routes(3, None);
-        assert_eq!(r.len(), 5);
+        let m = MERGED_PATHS.len();
+        assert_eq!(r.len(), m + 3);
         let with_identity = routes(3, Some("x-remote-user"));
-        assert_eq!(with_identity.len(), 10);
+        assert_eq!(with_identity.len(), 2 * (m + 3));
         assert_eq!(with_identity[0]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
         assert_eq!(with_identity[0]["match"]["headers"][0]["name"], "x-remote-user");
-        assert_eq!(with_identity[9]["route"]["cluster"], APISERVERS_CLUSTER);
-        assert_eq!(r[2]["route"]["retry_policy"]["num_retries"], 0);
-        assert_eq!(r[3]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[3]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        assert_eq!(with_identity[2 * (m + 3) - 1]["route"]["cluster"], APISERVERS_CLUSTER);
+        assert_eq!(r[m]["route"]["retry_policy"]["num_retries"], 0);
+        assert_eq!(r[m + 1]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[m + 1]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));

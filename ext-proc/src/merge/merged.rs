@@ -23,7 +23,7 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    fn new(body: Vec<u8>) -> Encoded {
+    pub fn new(body: Vec<u8>) -> Encoded {
         let gzip = (body.len() > GZIP_THRESHOLD).then(|| {
             let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::default());
             // Writing into a Vec cannot fail.

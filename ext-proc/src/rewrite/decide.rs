@@ -14,6 +14,7 @@ use super::exchange::Exchange;
 use super::negotiate::{Format, Plan};
 use crate::apidiscovery::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, etag};
 use crate::merge::MergedDocument;
+use crate::merge::merged::Encoded;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {
@@ -27,24 +28,37 @@ pub enum Pass {
     UpstreamStatus,
     /// A 200 of another content type, or no merged document yet.
     NotRewritable,
+    /// The apiserver's answer is the merged document already (same ETag).
+    Identical,
 }
+
+/// kube's aggregated discovery handler sends this with an ETag, overriding
+/// the chain default (`WithCacheControl`: `no-cache, private`).
+pub const CACHE_CONTROL_WITH_ETAG: &str = "public";
+/// kube's chain default, which its OpenAPI handlers keep.
+pub const CACHE_CONTROL_DEFAULT: &str = "no-cache, private";
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome<'d> {
     Pass(Pass),
     /// `If-None-Match` equals the merged document's ETag.
-    NotModified { etag: &'d str },
+    NotModified { etag: &'d str, cache_control: &'static str },
     Replace(Replacement<'d>),
 }
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Replacement<'d> {
     pub body: Bytes,
-    pub content_type: &'static str,
-    /// The merged ETag; `None` for the unaggregated group list (kube sends none).
+    /// `None`: the apiserver's own stays.
+    pub content_type: Option<&'static str>,
+    /// The merged ETag; `None` for the unaggregated group list (kube sends
+    /// none), and the apiserver's is removed.
     pub etag: Option<&'d str>,
+    /// `None`: the apiserver's own stays.
+    pub cache_control: Option<&'static str>,
     pub gzipped: bool,
-    pub group_list: bool,
+    /// The `result` label.
+    pub result: &'static str,
 }
 
 impl Outcome<'_> {
@@ -56,15 +70,23 @@ impl Outcome<'_> {
             Outcome::Pass(Pass::Passthrough) => "passthrough",
             Outcome::Pass(Pass::UpstreamStatus) => "upstream_status",
             Outcome::Pass(Pass::NotRewritable) => "not_rewritable",
+            Outcome::Pass(Pass::Identical) => "identical",
             Outcome::NotModified { .. } => "not_modified",
-            Outcome::Replace(r) if r.group_list => "group_list",
-            Outcome::Replace(_) => "merged",
+            Outcome::Replace(r) => r.result,
         }
     }
 
     /// Whether the merged document answered (kube's cache-hit metric).
     pub fn served_merged(&self) -> bool {
         matches!(self, Outcome::NotModified { .. } | Outcome::Replace(_))
+    }
+}
+
+/// The body for a client that does or does not accept gzip.
+pub fn body(encoded: &Encoded, gzip: bool) -> (Bytes, bool) {
+    match (&encoded.gzip, gzip) {
+        (Some(gz), true) => (gz.clone(), true),
+        _ => (encoded.identity.clone(), false),
     }
 }
 
@@ -100,13 +122,17 @@ pub fn decide<'d>(x: &Exchange, status: &str, content_type: &str, doc: Option<&'
     if let Some(etag) = etag
         && etag::matches(x.if_none_match.as_deref(), etag)
     {
-        return Outcome::NotModified { etag };
+        return Outcome::NotModified { etag, cache_control: CACHE_CONTROL_WITH_ETAG };
     }
-    let (body, gzipped) = match (&encoded.gzip, x.gzip) {
-        (Some(gz), true) => (gz.clone(), true),
-        _ => (encoded.identity.clone(), false),
-    };
-    Outcome::Replace(Replacement { body, content_type, etag, gzipped, group_list: plan == Plan::GroupList })
+    let (body, gzipped) = body(encoded, x.gzip);
+    Outcome::Replace(Replacement {
+        body,
+        content_type: Some(content_type),
+        etag,
+        cache_control: etag.map(|_| CACHE_CONTROL_WITH_ETAG),
+        gzipped,
+        result: if plan == Plan::GroupList { "group_list" } else { "merged" },
+    })
 }
 
 #[cfg(test)]
@@ -127,10 +153,11 @@ mod tests {
         let doc = doc();
         let x = asking(JSON_CONTENT_TYPE);
         let Outcome::Replace(r) = decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)) else { panic!() };
-        assert_eq!((r.body.clone(), r.content_type, r.etag, r.gzipped), (doc.json.identity.clone(), JSON_CONTENT_TYPE, Some(doc.etag.as_str()), false));
+        assert_eq!((r.body.clone(), r.content_type, r.etag, r.gzipped), (doc.json.identity.clone(), Some(JSON_CONTENT_TYPE), Some(doc.etag.as_str()), false));
+        assert_eq!(r.cache_control, Some("public"));
 
         let x = Exchange::new(Some(JSON_CONTENT_TYPE), Some(&doc.etag), None);
-        assert_eq!(decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::NotModified { etag: &doc.etag });
+        assert_eq!(decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::NotModified { etag: &doc.etag, cache_control: "public" });
         let x = Exchange::new(Some(JSON_CONTENT_TYPE), Some(&format!("W/{}", doc.etag)), None);
         assert!(matches!(decide(&x, "200", JSON_CONTENT_TYPE, Some(&doc)), Outcome::Replace(_)));
     }
@@ -153,7 +180,7 @@ mod tests {
         let doc = doc();
         let out = decide(&asking(&format!("{JSON_CONTENT_TYPE},application/json")), "200", "application/json", Some(&doc));
         let Outcome::Replace(r) = out else { panic!("{out:?}") };
-        assert_eq!((r.content_type, r.body), (JSON_CONTENT_TYPE, doc.json.identity.clone()));
+        assert_eq!((r.content_type, r.body), (Some(JSON_CONTENT_TYPE), doc.json.identity.clone()));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `/apis` → merge → rewrite: Envoy's `ext_proc` server for the `/apis` route.
+//! `/apis` → merge → rewrite: Envoy's `ext_proc` server for the `/apis`
+//! route, and the same for `/openapi/v2` and `/openapi/v3` ([`openapi`]).
 //!
 //! The request still goes to an apiserver, which authenticates and
 //! authorizes it; only when it answers 200 with the discovery document the
@@ -14,6 +15,7 @@
 pub mod decide;
 pub mod exchange;
 pub mod negotiate;
+pub mod openapi;
 pub mod response;
 pub mod server;
 pub mod stream;

@@ -9,10 +9,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 
 use super::decide::{Outcome, Replacement};
 
-/// kube's aggregated discovery handler sends this with an ETag, overriding
-/// the chain default (`WithCacheControl`: `no-cache, private`).
-const CACHE_CONTROL_WITH_ETAG: &str = "public";
-
 /// A header to set (overwriting).
 fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
     HeaderValueOption {
@@ -30,10 +26,10 @@ fn reply(response: processing_response::Response) -> ProcessingResponse {
 pub fn response_headers(outcome: &Outcome<'_>) -> ProcessingResponse {
     match outcome {
         Outcome::Pass(_) => reply(processing_response::Response::ResponseHeaders(HeadersResponse::default())),
-        Outcome::NotModified { etag } => reply(processing_response::Response::ImmediateResponse(ImmediateResponse {
+        Outcome::NotModified { etag, cache_control } => reply(processing_response::Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus { code: StatusCode::NotModified as i32 }),
             headers: Some(HeaderMutation {
-                set_headers: vec![set("etag", *etag), set("cache-control", CACHE_CONTROL_WITH_ETAG), set("vary", "Accept")],
+                set_headers: vec![set("etag", *etag), set("cache-control", *cache_control), set("vary", "Accept")],
                 ..Default::default()
             }),
             details: "mvp_discovery_not_modified".into(),
@@ -47,15 +43,19 @@ pub fn response_headers(outcome: &Outcome<'_>) -> ProcessingResponse {
 /// the apiserver's body is never buffered.
 fn replace(r: &Replacement<'_>) -> ProcessingResponse {
     let mut headers = Vec::new();
-    let mut remove = Vec::new();
-    // With an ETag, as kube's aggregated handler; without (the unaggregated
-    // group list), the apiserver's own Cache-Control (kube's chain default,
-    // `no-cache, private`) stays.
+    // The apiserver's Last-Modified dates its own document; a client
+    // revalidating with it must not get a 304 for the merged one.
+    let mut remove = vec!["last-modified".to_string()];
     match r.etag {
-        Some(etag) => headers.extend([set("etag", etag), set("cache-control", CACHE_CONTROL_WITH_ETAG)]),
+        Some(etag) => headers.push(set("etag", etag)),
         None => remove.push("etag".to_string()),
     }
-    headers.push(set("content-type", r.content_type));
+    if let Some(cc) = r.cache_control {
+        headers.push(set("cache-control", cc));
+    }
+    if let Some(ct) = r.content_type {
+        headers.push(set("content-type", ct));
+    }
     headers.push(set("content-length", r.body.len().to_string()));
     if r.gzipped {
         headers.push(set("content-encoding", "gzip"));
@@ -84,16 +84,16 @@ mod tests {
         let pass = response_headers(&Outcome::Pass(Pass::UpstreamStatus));
         assert!(matches!(pass.response, Some(processing_response::Response::ResponseHeaders(HeadersResponse { response: None }))));
 
-        let not_modified = response_headers(&Outcome::NotModified { etag: "\"E\"" });
+        let not_modified = response_headers(&Outcome::NotModified { etag: "\"E\"", cache_control: "public" });
         let Some(processing_response::Response::ImmediateResponse(i)) = not_modified.response else { panic!() };
         assert_eq!(i.status.unwrap().code, StatusCode::NotModified as i32);
 
-        let r = Replacement { body: "{}".into(), content_type: "application/json", etag: None, gzipped: true, group_list: true };
+        let r = Replacement { body: "{}".into(), content_type: Some("application/json"), etag: None, cache_control: None, gzipped: true, result: "group_list" };
         let Some(processing_response::Response::ResponseHeaders(h)) = response_headers(&Outcome::Replace(r)).response else { panic!() };
         let c = h.response.unwrap();
         assert_eq!(c.status, ResponseStatus::ContinueAndReplace as i32);
         let m = c.header_mutation.unwrap();
-        assert_eq!(m.remove_headers, ["etag"], "the apiserver's Cache-Control stays");
+        assert_eq!(m.remove_headers, ["last-modified", "etag"], "the apiserver's Cache-Control stays");
         let set: Vec<(String, Vec<u8>)> = m.set_headers.into_iter().map(|h| h.header.unwrap()).map(|h| (h.key, h.raw_value)).collect();
         assert!(set.contains(&("content-encoding".into(), b"gzip".to_vec())));
         assert!(set.contains(&("content-length".into(), b"2".to_vec())));

@@ -1,5 +1,5 @@
-//! `envoy.service.ext_proc.v3.ExternalProcessor` for `/apis`: the
-//! per-phase handler. Envoy sends only the response-headers message
+//! `envoy.service.ext_proc.v3.ExternalProcessor` for `/apis`,
+//! `/openapi/v2` and `/openapi/v3`: the per-phase handler. Envoy sends only the response-headers message
 //! (request headers ride along as attributes; no bodies, no trailers): each
 //! one is decided by [`decide`] and answered by [`response`], on the
 //! [`super::stream`] loop.
@@ -14,23 +14,30 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::decide::{Outcome, Pass, decide};
-use super::exchange::Exchange;
+use super::exchange::{Exchange, Target};
+use super::openapi::{Upstream, decide_v2, decide_v3_index};
 use super::response;
 use super::stream::{Responses, answer_each};
 use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
+use crate::openapi::MergedOpenApi;
 
 #[derive(Clone)]
 pub struct Rewriter {
     merged: watch::Receiver<Option<Arc<MergedDocument>>>,
+    openapi: watch::Receiver<Arc<MergedOpenApi>>,
     metrics: Arc<Metrics>,
 }
 
 impl Rewriter {
-    pub fn server(merged: watch::Receiver<Option<Arc<MergedDocument>>>, metrics: Arc<Metrics>) -> ExternalProcessorServer<Rewriter> {
-        // Responses carry whole discovery documents; a CRD-heavy cluster's
-        // can be several MiB.
-        ExternalProcessorServer::new(Rewriter { merged, metrics })
+    pub fn server(
+        merged: watch::Receiver<Option<Arc<MergedDocument>>>,
+        openapi: watch::Receiver<Arc<MergedOpenApi>>,
+        metrics: Arc<Metrics>,
+    ) -> ExternalProcessorServer<Rewriter> {
+        // Responses carry whole discovery and OpenAPI documents; a
+        // CRD-heavy cluster's can be tens of MiB.
+        ExternalProcessorServer::new(Rewriter { merged, openapi, metrics })
             .max_encoding_message_size(256 << 20)
             .max_decoding_message_size(16 << 20)
     }
@@ -39,15 +46,30 @@ impl Rewriter {
         if x.plan.is_none() {
             tracing::warn!("ext_proc response phase without request.headers attributes; passing the response through");
         }
-        let doc = self.merged.borrow().clone();
-        let outcome = decide(x, header(h, ":status").unwrap_or(""), header(h, "content-type").unwrap_or(""), doc.as_deref());
+        let (status, content_type) = (header(h, ":status").unwrap_or(""), header(h, "content-type").unwrap_or(""));
+        let upstream = Upstream { status, content_type, etag: header(h, "etag") };
+        let (doc, openapi);
+        let outcome = match x.target {
+            Target::Apis => {
+                doc = self.merged.borrow().clone();
+                decide(x, status, content_type, doc.as_deref())
+            }
+            Target::OpenApiV2 => {
+                openapi = self.openapi.borrow().clone();
+                decide_v2(x, &upstream, &openapi)
+            }
+            Target::OpenApiV3Index => {
+                openapi = self.openapi.borrow().clone();
+                decide_v3_index(x, &upstream, &openapi)
+            }
+        };
         if outcome == Outcome::Pass(Pass::NoPeer) {
             self.metrics.nopeer_request();
         }
-        if outcome.served_merged() {
+        if outcome.served_merged() && x.target == Target::Apis {
             self.metrics.peer_aggregated_cache_hit();
         }
-        self.metrics.discovery_rewrite(outcome.result());
+        self.metrics.discovery_rewrite(x.target.label(), outcome.result());
         response::response_headers(&outcome)
     }
 }

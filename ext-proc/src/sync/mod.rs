@@ -16,6 +16,7 @@ use crate::apiservers::ApiserverSpec;
 use crate::discover::{Discoverer, DiscoveryOptions, ServerView, Transport};
 use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
+use crate::openapi::{MergedOpenApi, ServerOpenApi};
 use crate::routing_table;
 use state::ServerState;
 
@@ -34,6 +35,9 @@ pub struct Published {
     pub states: watch::Receiver<Arc<Vec<ServerState>>>,
     /// The peer-aggregated `/apis`, rebuilt only when some server's view changed.
     pub merged: watch::Receiver<Option<Arc<MergedDocument>>>,
+    /// The merged `/openapi/v2` and `/openapi/v3` index, rebuilt only when
+    /// some server's documents changed.
+    pub openapi: watch::Receiver<Arc<MergedOpenApi>>,
 }
 
 pub struct Syncer {
@@ -43,6 +47,9 @@ pub struct Syncer {
     table_tx: watch::Sender<Arc<pb::RoutingTable>>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
     merged_tx: watch::Sender<Option<Arc<MergedDocument>>>,
+    openapi_tx: watch::Sender<Arc<MergedOpenApi>>,
+    /// The documents the current merged OpenAPI was built from.
+    openapi_from: Vec<(String, Arc<ServerOpenApi>)>,
     /// The views the current merged document was built from.
     merged_from: Vec<(String, Arc<ServerView>)>,
     /// What the current table was built from.
@@ -79,6 +86,7 @@ impl Syncer {
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
         let (merged_tx, merged) = watch::channel(None);
+        let (openapi_tx, openapi) = watch::channel(Arc::new(MergedOpenApi::default()));
         let syncer = Syncer {
             states,
             discoverers,
@@ -86,13 +94,15 @@ impl Syncer {
             table_tx,
             states_tx,
             merged_tx,
+            openapi_tx,
+            openapi_from: vec![],
             merged_from: vec![],
             table_from: vec![],
             persisted,
             persisted_from,
             metrics,
         };
-        (syncer, Published { table, states: states_rx, merged })
+        (syncer, Published { table, states: states_rx, merged, openapi })
     }
 
     pub async fn run(mut self) {
@@ -141,14 +151,84 @@ impl Syncer {
         // The table depends only on each member's view, health and address:
         // when none of them changed (pointer equality for views), the round
         // costs no rebuild.
+        self.publish_table_if_changed();
+        self.rebuild_discovery();
+        // OpenAPI after the table and `/apis` are out: a new API set routes
+        // without waiting for megabytes of schemas.
+        if self.read_openapi().await {
+            self.publish_table_if_changed();
+            self.rebuild_openapi().await;
+        }
+        self.persist();
+        self.states_tx.send_replace(Arc::new(self.states.clone()));
+    }
+
+    fn publish_table_if_changed(&mut self) {
         let inputs: Vec<TableInput> = self.states.iter().map(TableInput::of).collect();
         if inputs != self.table_from || self.table_tx.borrow().version == 0 {
             self.publish_table();
             self.table_from = inputs;
         }
-        self.rebuild_discovery();
-        self.persist();
-        self.states_tx.send_replace(Arc::new(self.states.clone()));
+    }
+
+    /// Reads the OpenAPI documents of every healthy member (each only when
+    /// due: see `discover::openapi`). Whether any changed.
+    async fn read_openapi(&mut self) -> bool {
+        let reads = self.states.iter().zip(self.discoverers.iter_mut()).enumerate().filter_map(|(i, (s, d))| {
+            let view = s.view.clone().filter(|_| s.healthy)?;
+            let address = s.address;
+            Some(async move { (i, d.read_openapi(address, &view).await) })
+        });
+        let results = futures::future::join_all(reads).await;
+        let mut changed = false;
+        for (i, result) in results {
+            let Some(state) = self.states.get_mut(i) else { continue };
+            match result {
+                Ok(docs) => {
+                    if !state.openapi.as_ref().is_some_and(|o| Arc::ptr_eq(o, &docs)) {
+                        state.openapi = Some(docs);
+                        changed = true;
+                    }
+                }
+                Err(e) => {
+                    self.metrics.sync_error(&state.spec.name, "fetch_openapi");
+                    tracing::warn!(apiserver = %state.spec.name, error = %e, "apiserver OpenAPI read failed; keeping its last documents");
+                }
+            }
+        }
+        changed
+    }
+
+    /// Merges every member's OpenAPI documents when some changed, on a
+    /// blocking thread (megabytes of JSON and protobuf).
+    async fn rebuild_openapi(&mut self) {
+        let inputs: Vec<(String, Arc<ServerOpenApi>)> =
+            self.states.iter().filter(|s| s.address.is_some()).filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect();
+        let unchanged = inputs.len() == self.openapi_from.len()
+            && inputs.iter().zip(&self.openapi_from).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1));
+        if unchanged {
+            return;
+        }
+        let started = Instant::now();
+        let built = {
+            let inputs = inputs.clone();
+            tokio::task::spawn_blocking(move || MergedOpenApi::build(&inputs)).await
+        };
+        let Ok(merged) = built else {
+            tracing::error!("OpenAPI merge did not complete; keeping the last merged documents");
+            return;
+        };
+        let bytes = |m: &Option<crate::openapi::Merged>| m.as_ref().map_or(0, |m| m.body.identity.len());
+        tracing::info!(
+            sources = ?merged.sources,
+            v2_json_bytes = bytes(&merged.v2_json),
+            v2_protobuf_bytes = bytes(&merged.v2_protobuf),
+            v3_index_bytes = bytes(&merged.v3_index),
+            took = ?started.elapsed(),
+            "merged OpenAPI rebuilt"
+        );
+        self.openapi_tx.send_replace(Arc::new(merged));
+        self.openapi_from = inputs;
     }
 
     /// Writes the state file when some member's view changed.
@@ -156,11 +236,7 @@ impl Syncer {
         let Some(p) = &self.persisted else { return };
         let views: Vec<Option<Arc<ServerView>>> = self.states.iter().map(|s| s.view.clone()).collect();
         let same = views.len() == self.persisted_from.len()
-            && views.iter().zip(&self.persisted_from).all(|(a, b)| match (a, b) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            });
+            && views.iter().zip(&self.persisted_from).all(|(a, b)| same(a, b));
         if same {
             return;
         }
@@ -217,24 +293,28 @@ impl Syncer {
     }
 }
 
-/// One member's part in the table: its view (by identity: held, so its
-/// address cannot be reused by another), health and address.
-struct TableInput(Option<Arc<ServerView>>, bool, Option<SocketAddr>);
+/// One member's part in the table: its view and OpenAPI documents (by
+/// identity: held, so their addresses cannot be reused by others), health
+/// and address.
+struct TableInput(Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, Option<SocketAddr>);
 
 impl TableInput {
     fn of(s: &ServerState) -> TableInput {
-        TableInput(s.view.clone(), s.healthy, s.address)
+        TableInput(s.view.clone(), s.openapi.clone(), s.healthy, s.address)
+    }
+}
+
+fn same<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 
 impl PartialEq for TableInput {
     fn eq(&self, other: &Self) -> bool {
-        let same_view = match (&self.0, &other.0) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        same_view && self.1 == other.1 && self.2 == other.2
+        same(&self.0, &other.0) && same(&self.1, &other.1) && self.2 == other.2 && self.3 == other.3
     }
 }
 

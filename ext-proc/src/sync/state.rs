@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::ServerView;
+use crate::openapi::ServerOpenApi;
 use crate::routing_table::Member;
 
 #[derive(Debug, Clone)]
@@ -32,6 +33,9 @@ pub struct ServerState {
     /// builders; replaced only when it changed, so pointer equality means
     /// "unchanged".
     pub view: Option<Arc<ServerView>>,
+    /// Its OpenAPI documents (last good read; not persisted: re-read on
+    /// start), pointer-equal while unchanged.
+    pub openapi: Option<Arc<ServerOpenApi>>,
     pub healthy: bool,
     pub last_success: Option<Instant>,
     pub last_error: Option<String>,
@@ -43,6 +47,7 @@ impl ServerState {
             address: spec.ip_address(),
             spec,
             view: None,
+            openapi: None,
             healthy: false,
             last_success: None,
             last_error: None,
@@ -69,6 +74,7 @@ impl ServerState {
             address: self.address,
             healthy: self.healthy,
             capabilities: self.view.as_deref().map(|v| &v.capabilities),
+            openapi: self.openapi.as_deref(),
         }
     }
 
