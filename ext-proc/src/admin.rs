@@ -50,6 +50,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
     let table = s.published.table.borrow().clone();
     let states = s.published.states.borrow().clone();
     let merged = s.published.merged.borrow().clone();
+    let openapi = s.published.openapi.borrow().clone();
     let apiservers: Vec<serde_json::Value> = states
         .iter()
         .map(|st| {
@@ -59,6 +60,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 "address": st.address.map(|a| a.to_string()),
                 "healthy": st.healthy,
                 "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
+                "openapiV3Keys": st.openapi.as_ref().filter(|o| o.v3_index.is_some()).map(|o| o.v3_keys().count()),
                 "lastError": st.last_error,
             })
         })
@@ -74,6 +76,12 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
             "bytes": m.json.identity.len(),
             "sources": m.sources,
         })),
+        "openapi": {
+            "sources": openapi.sources,
+            "v2": openapi.v2_json.as_ref().map(|m| serde_json::json!({"etag": m.etag, "bytes": m.body.identity.len()})),
+            "v2Protobuf": openapi.v2_protobuf.as_ref().map(|m| serde_json::json!({"etag": m.etag, "bytes": m.body.identity.len()})),
+            "v3Index": openapi.v3_index.as_ref().map(|m| serde_json::json!({"etag": m.etag, "bytes": m.body.identity.len()})),
+        },
     }))
     .into_response()
 }

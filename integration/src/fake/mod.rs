@@ -5,6 +5,7 @@
 pub mod auth;
 mod control;
 mod discovery;
+mod openapi;
 pub mod fixtures;
 mod resources;
 pub mod server;

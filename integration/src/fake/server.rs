@@ -69,6 +69,10 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
         }
         "/api" if agg => return aggregated(&s, &headers, &docs.api, false),
         "/apis" if agg => return aggregated(&s, &headers, &docs.apis, true),
+        "/openapi/v3" if s.aggregated => return super::openapi::index(&docs),
+        _ if s.aggregated && trimmed.starts_with("/openapi/v3/") => {
+            return super::openapi::group_version(&s, &docs, path.trim_start_matches("/openapi/v3/"), &query);
+        }
         "/api" | "/apis" => {
             s.stats.list_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
