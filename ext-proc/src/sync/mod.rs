@@ -152,7 +152,7 @@ impl Syncer {
         // when none of them changed (pointer equality for views), the round
         // costs no rebuild.
         self.publish_table_if_changed();
-        self.rebuild_discovery();
+        self.rebuild_discovery().await;
         // OpenAPI after the table and `/apis` are out: a new API set routes
         // without waiting for megabytes of schemas.
         if self.read_openapi().await {
@@ -261,10 +261,12 @@ impl Syncer {
         }
     }
 
-    /// Merges the same servers routing uses (healthy, or unhealthy within
-    /// retention), and only when one of their views changed: views are
-    /// replaced only when different, so pointer equality means unchanged.
-    fn rebuild_discovery(&mut self) {
+    /// Merges the same servers routing uses (healthy, or unhealthy with
+    /// their last known API set), and only when one of their views changed:
+    /// views are replaced only when different, so pointer equality means
+    /// unchanged. The merge runs on a blocking thread: a CRD-heavy document
+    /// takes long enough to stall ext_proc answers on the runtime.
+    async fn rebuild_discovery(&mut self) {
         let inputs: Vec<(String, Arc<ServerView>)> = self
             .states
             .iter()
@@ -278,7 +280,10 @@ impl Syncer {
         }
         let servers = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
         let started = Instant::now();
-        let doc = MergedDocument::build(&servers);
+        let Ok(doc) = tokio::task::spawn_blocking(move || MergedDocument::build(&servers)).await else {
+            tracing::error!("peer-aggregated merge did not complete; keeping the last merged document");
+            return;
+        };
         self.metrics.peer_aggregated_cache_miss();
         tracing::info!(
             etag = %doc.etag.get(1..17).unwrap_or(""),
