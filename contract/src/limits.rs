@@ -12,3 +12,9 @@ pub const GET_TABLE_TIMEOUT_MS: u32 = 2000;
 
 /// Default interval of the refresher's `GetTable` polls.
 pub const DEFAULT_TABLE_POLL_MS: u32 = 200;
+
+/// How much of a request body Envoy keeps to resend it to another apiserver
+/// when the first cannot be reached. kube-apiserver rejects bodies above
+/// 3 MiB (`MaxRequestBodyBytes`) with 413, so every body it would accept can
+/// fail over; a larger one that cannot be resent gets the 503 Status.
+pub const RETRY_BODY_BUFFER_BYTES: u64 = 4 << 20;

@@ -1,6 +1,6 @@
 //! mvp-ext-proc's discovery of each apiserver, observed end to end.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
 
@@ -51,6 +51,8 @@ async fn bad_discovery_documents_change_nothing_that_was_good() {
     for (body, expect) in [
         ("{\"kind\":\"APIGroupDiscoveryList\",".to_string(), "not valid JSON"),
         ("{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[]}".to_string(), "expected kind APIGroupDiscoveryList"),
+        // Valid, but a kube-apiserver never serves nothing.
+        ("{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"metadata\":{},\"items\":[]}".to_string(), "lists no API group"),
         (huge, "larger than 200000 bytes"),
     ] {
         door.http.post(format!("{v137}/__fake/apis-body")).body(body).send().await.unwrap();
@@ -80,6 +82,41 @@ async fn bad_discovery_documents_change_nothing_that_was_good() {
         .find(|l| l.starts_with("apiserver_peer_discovery_sync_errors_total{") && l.contains("apiserver=\"v137\"") && l.contains("fetch_discovery"))
         .unwrap_or_else(|| panic!("no sync error metric for v137:\n{metrics}"));
     assert!(errors.rsplit(' ').next().unwrap().parse::<u64>().unwrap() >= 3, "{errors}");
+}
+
+/// Each apiserver's discovery runs on its own: one that accepts connections
+/// and never answers delays no other server's change (it reaches routing in
+/// about one refresh interval), and is unhealthy once its own deadline
+/// passes.
+#[tokio::test]
+async fn a_hung_apiserver_delays_no_other_servers_change() {
+    let options = Options {
+        refresh_interval: Duration::from_millis(500),
+        ext_proc_args: vec!["--discovery-timeout".into(), "4s".into()],
+        ..Options::default()
+    };
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], options).await.unwrap();
+    let before = door.table().await.unwrap()["apiservers"][1]["resources"].clone();
+    door.http.post(format!("{}/__fake/hang-discovery", door.fake("v130").url())).send().await.unwrap();
+    // Once v130's read hangs, change v137.
+    wait_for("v130's discovery to hang", Duration::from_secs(5), || async { (door.fake("v130").stats(&door.http).await?["hung"].as_u64()? > 0).then_some(()) })
+        .await
+        .unwrap();
+    let changed = Instant::now();
+    door.http.post(format!("{}/__fake/release?name=v1.33", door.fake("v137").url())).send().await.unwrap();
+    door.wait_table_published(|t| t["apiservers"][1]["resources"] != before).await.unwrap();
+    let took = changed.elapsed();
+    eprintln!("v137's change published {took:?} after it happened, v130 hung");
+    assert!(took < Duration::from_secs(3), "a hung apiserver delayed another's change by {took:?}");
+    let t = wait_for("v130 to be unhealthy", Duration::from_secs(10), || async {
+        let t = door.table().await?;
+        (t["apiservers"][0]["healthy"] == false).then_some(t)
+    })
+    .await
+    .unwrap();
+    assert!(t["apiservers"][0]["lastError"].as_str().unwrap_or("").contains("/api"), "{t}");
+    // Its routing is kept meanwhile: its exclusive APIs still go to it.
+    assert!(t["apiservers"][0]["resources"].as_u64().unwrap() > 80, "{t}");
 }
 
 /// An unchanged server without aggregated discovery costs its two list GETs

@@ -175,6 +175,20 @@ impl Discoverer {
         {
             return Ok(view.clone());
         }
+        // A kube-apiserver always serves core v1 and some named groups; a
+        // valid but empty answer is a broken one (a misconfigured proxy, a
+        // server mid-start), not "it serves nothing now": the last good view
+        // is kept instead of routing its APIs away to 404s.
+        let empty = |path: &str, what: &str| DiscoveryError::Document {
+            path: path.into(),
+            source: aggregated::DocumentError::Invalid(format!("lists no {what}; a kube-apiserver always serves some, so this answer is treated as broken")),
+        };
+        if core.capabilities.groups.get("").is_none_or(|v| v.is_empty()) {
+            return Err(empty("/api", "core version"));
+        }
+        if groups.capabilities.groups.is_empty() {
+            return Err(empty("/apis", "API group"));
+        }
         self.known.record(groups.groups.iter().flat_map(|g| g.versions.iter().map(move |v| (g.name(), v.version.as_str()))));
         let mut capabilities = core.capabilities.clone();
         capabilities.merge(groups.capabilities.clone());

@@ -1,7 +1,8 @@
 //! The HTTP connection manager: strips what clients must not send, then the
-//! filters and routes, and turns Envoy's own 503s into `metav1.Status`.
+//! filters and routes, and turns Envoy's own error replies into `metav1.Status`.
 
 use mvp_contract::headers::{STRIPPED, STRIPPED_PREFIXES};
+use mvp_contract::limits::RETRY_BODY_BUFFER_BYTES;
 use serde_json::{Value, json};
 
 use super::{EnvoyConfigOptions, filters, routes};
@@ -25,26 +26,52 @@ fn early_mutations(names: &RequestHeaderNames) -> Vec<Value> {
     out
 }
 
-/// The 503 a client gets when the chosen apiserver cannot be reached, as the
-/// `metav1.Status` every Kubernetes client understands instead of Envoy's
-/// plain-text body. Local replies only: an apiserver's own 503 passes through.
-fn status_503() -> Value {
-    json!({
-        "filter": {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "mvp.local_reply.status_503"}}}},
-        "body_format_override": {
-            "json_format": {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": "the apiserver that serves this request is unavailable: %RESPONSE_CODE_DETAILS%",
-                "reason": "ServiceUnavailable",
-                "details": {"causes": [{"reason": "UnexpectedServerResponse", "message": "%RESPONSE_FLAGS%"}]},
-                "code": 503,
-            },
-            "content_type": "application/json",
-        },
-    })
+/// A `metav1.Status` body for a reply Envoy generates itself, so every
+/// Kubernetes client reads it as it reads an apiserver's errors, never
+/// Envoy's plain text. Local replies only: an apiserver's own errors pass
+/// through untouched.
+fn status(filter: Value, code: Option<u16>, reason: Option<&str>, message: &str) -> Value {
+    let mut body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "details": {"causes": [{"reason": "UnexpectedServerResponse", "message": "%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS%"}]},
+        // Rendered as a number.
+        "code": "%RESPONSE_CODE%",
+    });
+    if let Some(r) = reason {
+        body["reason"] = json!(r);
+    }
+    let mut mapper = json!({
+        "filter": filter,
+        "body_format_override": {"json_format": body, "content_type": "application/json"},
+    });
+    if let Some(c) = code {
+        mapper["status_code"] = json!(c);
+    }
+    mapper
+}
+
+fn code_is(op: &str, code: u16) -> Value {
+    json!({"status_code_filter": {"comparison": {"op": op, "value": {"default_value": code, "runtime_key": format!("mvp.local_reply.{}_{code}", op.to_lowercase())}}}})
+}
+
+/// Envoy's local replies, as kube would answer: the first matching mapper
+/// applies.
+fn local_replies() -> Vec<Value> {
+    vec![
+        // The apiserver failed and the body was too large to keep for a
+        // resend (more than kube accepts anyway): retryable, as any
+        // unreachable apiserver, instead of Envoy's plain-text 507.
+        status(code_is("EQ", 507), Some(503), Some("ServiceUnavailable"), "the apiserver that serves this request is unavailable, and the request body is too large to resend to another one"),
+        status(code_is("EQ", 503), None, Some("ServiceUnavailable"), "the apiserver that serves this request is unavailable"),
+        status(code_is("EQ", 504), None, Some("Timeout"), "the apiserver that serves this request did not answer in time"),
+        status(code_is("EQ", 413), None, Some("RequestEntityTooLarge"), "the request is too large"),
+        status(code_is("EQ", 400), None, Some("BadRequest"), "the request is malformed"),
+        status(code_is("GE", 400), None, None, "the front door could not forward this request"),
+    ]
 }
 
 pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
@@ -58,6 +85,9 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         "request_timeout": "0s",
         "upgrade_configs": [{"upgrade_type": "websocket"}, {"upgrade_type": "spdy/3.1"}],
         "use_remote_address": true,
+        // `x_remote_user`, `x_mvp_route`: a header some hop might read as
+        // its dashed twin never reaches an apiserver (HTTP/1.1 and h2).
+        "common_http_protocol_options": {"headers_with_underscores_action": "DROP_HEADER"},
         "early_header_mutation_extensions": [{
             "name": "envoy.http.early_header_mutation.header_mutation",
             "typed_config": {
@@ -67,9 +97,16 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         }],
         "route_config": {
             "name": "apiservers",
-            "virtual_hosts": [{"name": "apiservers", "domains": ["*"], "routes": routes::routes(o.apiservers.len(), forwards_identity.then(|| o.requestheader.username_header()))}],
+            "virtual_hosts": [{
+                "name": "apiservers",
+                "domains": ["*"],
+                "routes": routes::routes(o.apiservers.len(), forwards_identity.then(|| o.requestheader.username_header())),
+                // Enough of a body to resend anything kube would accept to
+                // another apiserver when the first cannot be reached.
+                "request_body_buffer_limit": RETRY_BODY_BUFFER_BYTES,
+            }],
         },
         "http_filters": filters::http_filters(o, forwards_identity),
-        "local_reply_config": {"mappers": [status_503()]},
+        "local_reply_config": {"mappers": local_replies()},
     })
 }

@@ -1,6 +1,7 @@
-//! apiservers → discover → table → publish: one loop that reads every
-//! apiserver's discovery each refresh interval (concurrently, each bounded by
-//! its own timeout) and publishes a new table only when it changed.
+//! apiservers → discover → table → publish: every apiserver is read by its
+//! own loop ([`poll`]: its own schedule, its own deadline), and one sync
+//! loop applies their reports and publishes a new table, merged `/apis` and
+//! merged OpenAPI only when something changed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use mvp_protos::routing::v1 as pb;
 use tokio::sync::watch;
 
 pub mod persist;
+pub mod poll;
 pub mod state;
 
 use crate::apiservers::ApiserverSpec;
@@ -105,60 +107,100 @@ impl Syncer {
         (syncer, Published { table, states: states_rx, merged, openapi })
     }
 
+    /// Starts one discovery loop per apiserver and applies their reports
+    /// until the process ends. The first table is published once every
+    /// member has answered (or failed) once; after that, each batch of
+    /// reports publishes at once.
     pub async fn run(mut self) {
-        let mut ticker = tokio::time::interval(self.options.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            self.round().await;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4 * self.states.len().max(1));
+        let loops: Vec<_> = std::mem::take(&mut self.discoverers)
+            .into_iter()
+            .zip(&self.states)
+            .enumerate()
+            .map(|(i, (d, s))| tokio::spawn(poll::poll(i, s.spec.clone(), d, self.options.interval, tx.clone())))
+            .collect();
+        drop(tx);
+        let mut reported = vec![false; self.states.len()];
+        while let Some(first) = rx.recv().await {
+            // Everything already waiting goes into the same publication.
+            let mut batch = vec![first];
+            while let Ok(r) = rx.try_recv() {
+                batch.push(r);
+            }
+            for report in batch {
+                if let poll::Report::Discovery { index, .. } = &report
+                    && let Some(r) = reported.get_mut(*index)
+                {
+                    *r = true;
+                }
+                self.apply(report);
+            }
+            if reported.iter().all(|r| *r) {
+                self.publish().await;
+            }
+        }
+        for l in loops {
+            l.abort();
         }
     }
 
-    /// One discovery round over every apiserver.
-    pub async fn round(&mut self) {
-        for s in &mut self.states {
-            if let Err(e) = resolve(s).await {
-                self.metrics.sync_error(&s.spec.name, "hostport_resolution");
-                tracing::warn!(apiserver = %s.spec.name, error = %e, "cannot resolve apiserver address; keeping the last one");
-            }
-        }
-        let addresses: Vec<_> = self.states.iter().map(|s| s.address).collect();
-        let results = futures::future::join_all(self.discoverers.iter_mut().zip(addresses).map(|(d, a)| d.discover(a))).await;
+    /// Applies one member's report to its state.
+    fn apply(&mut self, report: poll::Report) {
         let now = Instant::now();
-        for ((state, result), discoverer) in self.states.iter_mut().zip(results).zip(self.discoverers.iter_mut()) {
-            let name = state.spec.name.clone();
-            match result {
-                Ok(view) => {
-                    let resources = view.capabilities.resource_count();
-                    if !state.healthy {
-                        tracing::info!(apiserver = %name, resources, "apiserver discovery is healthy");
-                    }
-                    self.metrics.apiserver_resources(&name, resources);
-                    state.succeeded(view, now);
+        match report {
+            poll::Report::Discovery { index, address, resolve_error, result } => {
+                let Some(state) = self.states.get_mut(index) else { return };
+                let name = state.spec.name.clone();
+                if let Some(e) = resolve_error {
+                    self.metrics.sync_error(&name, "hostport_resolution");
+                    tracing::warn!(apiserver = %name, error = %e, "cannot resolve apiserver address; keeping the last one");
                 }
-                Err(e) => {
-                    // When it answers again it may be another release: read
-                    // everything then.
-                    discoverer.force_full_read();
-                    self.metrics.sync_error(&name, "fetch_discovery");
-                    let had = state.view.is_some();
-                    state.failed(e.to_string());
-                    tracing::warn!(apiserver = %name, error = %e, keeping_last_known = had, "apiserver discovery failed");
+                state.address = address;
+                match result {
+                    Ok(view) => {
+                        let resources = view.capabilities.resource_count();
+                        if !state.healthy {
+                            tracing::info!(apiserver = %name, resources, "apiserver discovery is healthy");
+                        }
+                        self.metrics.apiserver_resources(&name, resources);
+                        state.succeeded(view, now);
+                    }
+                    Err(e) => {
+                        self.metrics.sync_error(&name, "fetch_discovery");
+                        let had = state.view.is_some();
+                        if state.healthy || state.last_error.is_none() {
+                            tracing::warn!(apiserver = %name, error = %e, keeping_last_known = had, "apiserver discovery failed");
+                        }
+                        state.failed(e.to_string());
+                    }
+                }
+                self.metrics.apiserver_healthy(&name, state.healthy);
+            }
+            poll::Report::OpenApi { index, result } => {
+                let Some(state) = self.states.get_mut(index) else { return };
+                match result {
+                    Ok(docs) => {
+                        if !state.openapi.as_ref().is_some_and(|o| Arc::ptr_eq(o, &docs)) {
+                            state.openapi = Some(docs);
+                        }
+                    }
+                    Err(e) => {
+                        self.metrics.sync_error(&state.spec.name, "fetch_openapi");
+                        tracing::warn!(apiserver = %state.spec.name, error = %e, "apiserver OpenAPI read failed; keeping its last documents");
+                    }
                 }
             }
-            self.metrics.apiserver_healthy(&name, state.healthy);
         }
-        // The table depends only on each member's view, health and address:
-        // when none of them changed (pointer equality for views), the round
-        // costs no rebuild.
+    }
+
+    /// Publishes whatever the applied reports changed: the table depends
+    /// only on each member's view, OpenAPI index, health and address, the
+    /// merged documents only on views and OpenAPI documents — pointer
+    /// equality says unchanged, so an unchanged batch costs no rebuild.
+    async fn publish(&mut self) {
         self.publish_table_if_changed();
         self.rebuild_discovery().await;
-        // OpenAPI after the table and `/apis` are out: a new API set routes
-        // without waiting for megabytes of schemas.
-        if self.read_openapi().await {
-            self.publish_table_if_changed();
-            self.rebuild_openapi().await;
-        }
+        self.rebuild_openapi().await;
         self.persist();
         self.states_tx.send_replace(Arc::new(self.states.clone()));
     }
@@ -169,34 +211,6 @@ impl Syncer {
             self.publish_table();
             self.table_from = inputs;
         }
-    }
-
-    /// Reads the OpenAPI documents of every healthy member (each only when
-    /// due: see `discover::openapi`). Whether any changed.
-    async fn read_openapi(&mut self) -> bool {
-        let reads = self.states.iter().zip(self.discoverers.iter_mut()).enumerate().filter_map(|(i, (s, d))| {
-            let view = s.view.clone().filter(|_| s.healthy)?;
-            let address = s.address;
-            Some(async move { (i, d.read_openapi(address, &view).await) })
-        });
-        let results = futures::future::join_all(reads).await;
-        let mut changed = false;
-        for (i, result) in results {
-            let Some(state) = self.states.get_mut(i) else { continue };
-            match result {
-                Ok(docs) => {
-                    if !state.openapi.as_ref().is_some_and(|o| Arc::ptr_eq(o, &docs)) {
-                        state.openapi = Some(docs);
-                        changed = true;
-                    }
-                }
-                Err(e) => {
-                    self.metrics.sync_error(&state.spec.name, "fetch_openapi");
-                    tracing::warn!(apiserver = %state.spec.name, error = %e, "apiserver OpenAPI read failed; keeping its last documents");
-                }
-            }
-        }
-        changed
     }
 
     /// Merges every member's OpenAPI documents when some changed, on a
@@ -320,26 +334,5 @@ fn same<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
 impl PartialEq for TableInput {
     fn eq(&self, other: &Self) -> bool {
         same(&self.0, &other.0) && same(&self.1, &other.1) && self.2 == other.2 && self.3 == other.3
-    }
-}
-
-/// Hostnames are re-resolved every round (IPv4 preferred, like the Envoy
-/// cluster's V4_PREFERRED lookup) so a moved apiserver is followed.
-async fn resolve(state: &mut ServerState) -> Result<(), String> {
-    if let Some(ip) = state.spec.ip_address() {
-        state.address = Some(ip);
-        return Ok(());
-    }
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((state.spec.host(), state.spec.port()))
-        .await
-        .map_err(|e| e.to_string())?
-        .collect();
-    let pick = addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied();
-    match pick {
-        Some(a) => {
-            state.address = Some(a);
-            Ok(())
-        }
-        None => Err("no addresses".into()),
     }
 }

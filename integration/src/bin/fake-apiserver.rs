@@ -88,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
         aggregated_version: a.aggregated_discovery_version.clone(),
         stats: Default::default(),
         apis_override: Default::default(),
+        hang_discovery: Default::default(),
         auth,
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;

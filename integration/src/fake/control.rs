@@ -57,6 +57,7 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
             "resourceRequests": st.resource_requests.load(Ordering::Relaxed),
             "listRequests": st.list_requests.load(Ordering::Relaxed),
             "groupVersionRequests": st.group_version_requests.load(Ordering::Relaxed),
+            "hung": st.hung.load(Ordering::Relaxed),
         }),
     )
 }
@@ -69,4 +70,15 @@ pub(super) async fn set_apis_body(State(s): State<FakeState>, body: Bytes) -> Re
 pub(super) async fn clear_apis_body(State(s): State<FakeState>) -> Response {
     *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = None;
     "apis body restored\n".into_response()
+}
+
+/// Test control: discovery hangs (POST) or answers again (DELETE).
+pub(super) async fn hang_discovery(State(s): State<FakeState>) -> Response {
+    s.hang_discovery.store(true, Ordering::Relaxed);
+    "discovery hangs\n".into_response()
+}
+
+pub(super) async fn answer_discovery(State(s): State<FakeState>) -> Response {
+    s.hang_discovery.store(false, Ordering::Relaxed);
+    "discovery answers\n".into_response()
 }

@@ -34,6 +34,7 @@ pub fn router(state: FakeState) -> axum::Router {
         .route("/__fake/documents", axum::routing::post(set_documents))
         .route("/__fake/stats", axum::routing::get(stats))
         .route("/__fake/apis-body", axum::routing::post(set_apis_body).delete(clear_apis_body))
+        .route("/__fake/hang-discovery", axum::routing::post(hang_discovery).delete(answer_discovery))
         .fallback(handle)
         .layer(axum::middleware::map_response(cache_control))
         // Tests post multi-MiB discovery documents to the control endpoints.
@@ -57,7 +58,14 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or("").to_string();
     let headers = req.headers().clone();
     let method = req.method().as_str().to_string();
+    // kube-apiserver reads (decodes) a request's whole body before it
+    // answers; answering first would make the client's proxy see a reset.
+    let _ = axum::body::to_bytes(req.into_body(), 256 << 20).await;
     let agg = s.aggregated && wants_aggregated(&headers, &s.aggregated_version);
+    if matches!(path.as_str(), "/api" | "/apis") && s.hang_discovery.load(std::sync::atomic::Ordering::Relaxed) {
+        s.stats.hung.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::future::pending::<()>().await;
+    }
     let trimmed = path.trim_end_matches('/');
     match trimmed {
         "/healthz" | "/readyz" | "/livez" => return "ok".into_response(),

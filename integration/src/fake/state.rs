@@ -32,6 +32,9 @@ pub struct FakeState {
     /// When set, served verbatim as the aggregated `/apis` body (tests of
     /// broken and oversized documents).
     pub apis_override: Arc<RwLock<Option<Bytes>>>,
+    /// When set, discovery requests (`/api`, `/apis`) are accepted and never
+    /// answered: a hung apiserver.
+    pub hang_discovery: Arc<std::sync::atomic::AtomicBool>,
     /// Who may call: API requests (not health, not test control) that no
     /// configured authenticator accepts get kube's 401 Status.
     pub auth: super::auth::AuthConfig,
@@ -47,6 +50,8 @@ pub struct Stats {
     pub list_requests: AtomicU64,
     /// …and per-group-version documents (`/api/v1`, `/apis/{g}/{v}`).
     pub group_version_requests: AtomicU64,
+    /// Discovery requests left hanging (`/__fake/hang-discovery`).
+    pub hung: AtomicU64,
 }
 
 impl FakeState {

@@ -1,0 +1,69 @@
+//! One apiserver's own discovery loop: each member is read on its own
+//! schedule and under its own deadline, so a member that hangs or drips
+//! delays nobody else's changes. Reports go to the sync loop, which applies
+//! them and publishes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::apiservers::ApiserverSpec;
+use crate::discover::{Discoverer, DiscoveryError, ServerView};
+use crate::openapi::ServerOpenApi;
+
+/// What one member's loop found.
+pub enum Report {
+    /// A discovery read: its address (resolved this round, or the last one
+    /// with the resolution error) and what it serves, or why not.
+    Discovery { index: usize, address: Option<SocketAddr>, resolve_error: Option<String>, result: Result<Arc<ServerView>, DiscoveryError> },
+    /// Its OpenAPI documents, read after a successful discovery report (the
+    /// same `Arc` while nothing was due or changed).
+    OpenApi { index: usize, result: Result<Arc<ServerOpenApi>, DiscoveryError> },
+}
+
+/// Reads `spec` every `interval` until the sync loop goes away.
+pub async fn poll(index: usize, spec: ApiserverSpec, mut discoverer: Discoverer, interval: Duration, reports: mpsc::Sender<Report>) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut address = spec.ip_address();
+    loop {
+        ticker.tick().await;
+        let resolve_error = match resolve(&spec).await {
+            Ok(a) => {
+                address = Some(a);
+                None
+            }
+            Err(e) => Some(e),
+        };
+        let result = discoverer.discover(address).await;
+        if result.is_err() {
+            // When it answers again it may be another release: read
+            // everything then.
+            discoverer.force_full_read();
+        }
+        let view = result.as_ref().ok().cloned();
+        if reports.send(Report::Discovery { index, address, resolve_error, result }).await.is_err() {
+            return;
+        }
+        // OpenAPI after discovery is reported: a new API set routes without
+        // waiting for megabytes of schemas.
+        if let Some(view) = view {
+            let result = discoverer.read_openapi(address, &view).await;
+            if reports.send(Report::OpenApi { index, result }).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Hostnames are re-resolved every round (IPv4 preferred, like the Envoy
+/// cluster's V4_PREFERRED lookup) so a moved apiserver is followed.
+async fn resolve(spec: &ApiserverSpec) -> Result<SocketAddr, String> {
+    if let Some(ip) = spec.ip_address() {
+        return Ok(ip);
+    }
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((spec.host(), spec.port())).await.map_err(|e| e.to_string())?.collect();
+    addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied().ok_or_else(|| "no addresses".into())
+}
