@@ -25,6 +25,7 @@ pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/table", get(table_handler))
+        .route("/debug/route", get(debug_route))
         .with_state(AdminState { metrics, published })
 }
 
@@ -42,6 +43,22 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, "first discovery round still running").into_response()
     } else {
         "ok".into_response()
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RouteQuery {
+    path: String,
+    method: Option<String>,
+}
+
+/// `GET /debug/route?path=…&method=…`: what the filter does with that
+/// request on the current table, and why (`mvp-ext-proc explain`).
+async fn debug_route(State(s): State<AdminState>, axum::extract::Query(q): axum::extract::Query<RouteQuery>) -> Response {
+    let table = s.published.table.borrow().clone();
+    match crate::explain::explain(&table, q.method.as_deref().unwrap_or("GET"), &q.path) {
+        Ok(e) => axum::Json(e).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("no routing table to explain with: {e}\n")).into_response(),
     }
 }
 

@@ -42,6 +42,30 @@ enum Command {
     /// Decode a protobuf APIGroupDiscoveryList (Kubernetes envelope) from
     /// standard input and print it as JSON.
     DecodeDiscovery,
+    /// Ask a running mvp-ext-proc what the front door does with a request,
+    /// and why: its classification, which apiservers serve it, the decision.
+    Explain(ExplainArgs),
+}
+
+#[derive(Parser)]
+struct ExplainArgs {
+    /// The running mvp-ext-proc's --metrics-listen address.
+    #[arg(long, default_value = "http://127.0.0.1:9090")]
+    server: String,
+    /// HTTP method of the request.
+    #[arg(short = 'X', long, default_value = "GET")]
+    method: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = ExplainOutput::Human)]
+    output: ExplainOutput,
+    /// The request's path, with its query if any (`/apis/apps/v1/namespaces/x/deployments?watch=1`).
+    path: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ExplainOutput {
+    Human,
+    Json,
 }
 
 /// How the front door reaches apiservers over TLS (kube-apiserver's names).
@@ -195,6 +219,29 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+fn explain(a: ExplainArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let url = reqwest::Url::parse_with_params(&format!("{}/debug/route", a.server.trim_end_matches('/')), [("path", a.path.as_str()), ("method", a.method.as_str())])
+        .with_context(|| format!("--server {}: not a URL", a.server))?;
+    let (status, body) = runtime
+        .block_on(async {
+            let resp = reqwest::Client::builder().no_proxy().build()?.get(url).timeout(Duration::from_secs(10)).send().await?;
+            anyhow::Ok((resp.status(), resp.text().await?))
+        })
+        .with_context(|| format!("asking mvp-ext-proc at {}", a.server))?;
+    if !status.is_success() {
+        anyhow::bail!("{}: {status}: {}", a.server, body.trim());
+    }
+    match a.output {
+        ExplainOutput::Json => println!("{body}"),
+        ExplainOutput::Human => {
+            let e: crate::explain::Explanation = serde_json::from_str(&body).context("reading the explanation")?;
+            print!("{}", crate::explain::render(&e));
+        }
+    }
+    Ok(())
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -202,6 +249,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::EnvoyConfig(args) => envoy_config(args),
         Command::DecodeDiscovery => decode_discovery(),
+        Command::Explain(args) => explain(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod discover;
 pub mod envoy_config;
+pub mod explain;
 pub mod merge;
 pub mod metrics;
 pub mod openapi;

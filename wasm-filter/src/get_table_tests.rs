@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing, clippy::type_complexity)]
 use super::*;
-use crate::table::tests::sample;
+use mvp_routing::testing::sample;
 
 fn frame(msg: &[u8]) -> Vec<u8> {
     let mut out = vec![0];

@@ -1,9 +1,9 @@
 //! mvp-envoy's proxy-wasm filter.
 //!
-//! Data path per request (`router`): `:path` → [`urlpath`] (decode like Go's
-//! `URL.Path`) → [`requestinfo`] (classify exactly like kube-apiserver) →
-//! [`table`] (which apiservers serve it) → [`route`] (the override-host
-//! value). The table arrives through [`refresher`] (a singleton on Envoy's
+//! Data path per request (`router`): the routing decision of `mvp-routing`
+//! — `:path` → [`urlpath`] (decode like Go's `URL.Path`) → [`requestinfo`]
+//! (classify exactly like kube-apiserver) → [`table`] (which apiservers
+//! serve it) → [`route`] (the override-host value). The table arrives through [`refresher`] (a singleton on Envoy's
 //! main thread calling mvp-ext-proc's `GetTable`, framed by [`get_table`])
 //! and proxy-wasm shared data ([`shared_table`]). [`identity`] turns a
 //! verified client certificate into requestheaders.
@@ -15,14 +15,11 @@
 pub mod get_table;
 pub mod host;
 pub mod identity;
-pub mod list_options;
 pub mod refresher;
-pub mod requestinfo;
-pub mod route;
 pub mod router;
 pub mod shared_table;
-pub mod table;
-pub mod urlpath;
+
+pub use mvp_routing::{list_options, requestinfo, route, table, urlpath};
 
 #[cfg(test)]
 mod host_fake;

@@ -4,7 +4,7 @@
 use super::*;
 use crate::host_fake::FakeHost;
 use crate::shared_table::{Load, WorkerTable};
-use crate::table::tests::sample;
+use mvp_routing::testing::sample;
 use mvp_protos::routing::v1 as pb;
 use prost::Message;
 

@@ -5,7 +5,7 @@ use super::*;
 use crate::get_table::NewTable;
 use crate::host_fake::FakeHost;
 use crate::shared_table::publish;
-use crate::table::tests::sample;
+use mvp_routing::testing::sample;
 use prost::Message;
 
 fn published() -> FakeHost {

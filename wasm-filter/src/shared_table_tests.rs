@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 use super::*;
 use crate::host_fake::FakeHost;
-use crate::table::tests::sample;
+use mvp_routing::testing::sample;
 use mvp_protos::routing::v1 as pb;
 use prost::Message;
 

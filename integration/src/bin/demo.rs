@@ -77,6 +77,8 @@ mvp-envoy demo is up. Front door: {front}  (apiservers v1.30, v1.33, v1.37 behin
   # the same through kubectl (pre-installed, and 1.37)
   kubectl --kubeconfig {kc} get --raw /apis/lifecycle.k8s.io/v1alpha1/evictionrequests
   .tools/venv/bin/kubectl --kubeconfig {kc} get --raw /apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas
+  # why a request goes where (the filter's own decision, on its current table)
+  target/debug/mvp-ext-proc explain --server http://127.0.0.1:{metrics} /apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests
   # routing table and apiserver health, metrics, Envoy's view
   curl -s http://127.0.0.1:{metrics}/table
   curl -s http://127.0.0.1:{metrics}/metrics

@@ -2,7 +2,7 @@
 //! mvp-envoy chose not to ship (BENCHMARKS.md, variant 5), kept out of the
 //! product. It polls mvp-ext-proc's `GetTable` like the wasm refresher, and
 //! answers each ext_proc request-headers message with the filter's own
-//! decision (`mvp_wasm_filter::route::decide`): the route header, and no
+//! decision (`mvp_routing::route::decide`): the route header, and no
 //! response phase.
 
 use std::net::SocketAddr;
@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     CommonResponse, HeaderMutation, HeadersResponse, ProcessingRequest, ProcessingResponse, processing_request, processing_response,
 };
 use mvp_protos::routing::v1 as pb;
-use mvp_wasm_filter::table::RouteTable;
+use mvp_routing::table::RouteTable;
 use mvp_ext_proc::rewrite::stream::{Responses, answer_each};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -45,7 +45,7 @@ impl Router {
         let table = self.table.read().ok().and_then(|t| t.clone());
         if let Some(table) = table {
             let n = self.counter.fetch_add(1, Ordering::Relaxed);
-            if let Some(hosts) = mvp_wasm_filter::route::decide(&table, path.as_bytes(), n) {
+            if let Some(hosts) = mvp_routing::route::decide(&table, path.as_bytes(), n) {
                 common.header_mutation = Some(HeaderMutation {
                     set_headers: vec![HeaderValueOption {
                         header: Some(HeaderValue {

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
-use crate::table::tests::sample;
+use crate::testing::sample;
 
 #[test]
 fn decisions() {

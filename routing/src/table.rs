@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 
 use mvp_protos::routing::v1 as pb;
+
+use crate::requestinfo::RouteKey;
 use prost::Message;
 
 /// A set of apiservers: bit i is `RoutingTable.apiservers[i]`.
@@ -161,49 +163,54 @@ impl RouteTable {
         Ok(table)
     }
 
-    /// The upstreams for a resource request, or `None` to leave the request to
-    /// Envoy's normal load balancing (every apiserver serves it, or none does
-    /// and the apiserver's own 404 is the right answer).
-    pub fn resource_upstreams(
-        &self,
-        group: &[u8],
-        version: &[u8],
-        resource: &[u8],
-        subresource: &[u8],
-    ) -> Option<&Upstreams> {
-        let r = self.groups.get(group)?.versions.get(version)?.resources.get(resource)?;
-        // A subresource nobody advertises (or none named) falls back to the
-        // resource's servers; one that some advertise narrows to those.
-        let set = if subresource.is_empty() {
-            r.servers
-        } else {
-            r.subresources.get(subresource).copied().unwrap_or(r.servers)
-        };
-        self.pinned(set)
+    /// Every apiserver in the table.
+    pub fn all(&self) -> ServerSet {
+        self.all
+    }
+
+    /// The apiservers the table says serve what `key` names, or `None` when
+    /// the table does not know it (then no apiserver serves it, or it is not
+    /// something the front door routes).
+    ///
+    /// A subresource nobody advertises (or none named) falls back to the
+    /// resource's servers; one that some advertise narrows to those.
+    pub fn servers(&self, key: &RouteKey<'_>) -> Option<ServerSet> {
+        match *key {
+            RouteKey::Resource { group, version, resource, subresource } => {
+                let r = self.groups.get(group)?.versions.get(version)?.resources.get(resource)?;
+                Some(if subresource.is_empty() { r.servers } else { r.subresources.get(subresource).copied().unwrap_or(r.servers) })
+            }
+            RouteKey::Discovery { group, version } => {
+                let g = self.groups.get(group)?;
+                match version {
+                    Some(v) => Some(g.versions.get(v)?.servers),
+                    None => Some(g.servers),
+                }
+            }
+            RouteKey::OpenApiV3 { key } => self.openapi_v3.get(key).copied(),
+            RouteKey::None => None,
+        }
+    }
+
+    /// The upstreams a request for `set` is pinned to, or `None` to leave it
+    /// to Envoy's normal load balancing: every apiserver serves it, or none
+    /// does and the apiserver's own 404 is the right answer.
+    pub fn pinned(&self, set: ServerSet) -> Option<&Upstreams> {
+        if set == 0 || set == self.all {
+            return None;
+        }
+        self.upstreams.get(&set)
+    }
+
+    /// The upstreams for a resource request (see [`RouteTable::servers`]).
+    pub fn resource_upstreams(&self, group: &[u8], version: &[u8], resource: &[u8], subresource: &[u8]) -> Option<&Upstreams> {
+        self.pinned(self.servers(&RouteKey::Resource { group, version, resource, subresource })?)
     }
 
     /// The upstreams for the unaggregated discovery documents `/apis/{g}` and
     /// `/apis/{g}/{v}` (and `/api/{v}`).
     pub fn discovery_upstreams(&self, group: &[u8], version: Option<&[u8]>) -> Option<&Upstreams> {
-        let g = self.groups.get(group)?;
-        let set = match version {
-            Some(v) => g.versions.get(v)?.servers,
-            None => g.servers,
-        };
-        self.pinned(set)
-    }
-
-    /// The upstreams for `/openapi/v3/{key}` (`key` `""`: the index): the
-    /// servers whose index lists it, as only they serve it.
-    pub fn openapi_v3_upstreams(&self, key: &[u8]) -> Option<&Upstreams> {
-        self.pinned(*self.openapi_v3.get(key)?)
-    }
-
-    fn pinned(&self, set: ServerSet) -> Option<&Upstreams> {
-        if set == 0 || set == self.all {
-            return None;
-        }
-        self.upstreams.get(&set)
+        self.pinned(self.servers(&RouteKey::Discovery { group, version })?)
     }
 }
 

@@ -2,7 +2,7 @@
 //! plain Rust so it is tested natively. The adapter only moves headers in
 //! and out.
 
-use crate::requestinfo::{RouteKey, route_key};
+use crate::requestinfo::route_key;
 use crate::table::RouteTable;
 use crate::urlpath::DecodedPath;
 
@@ -14,15 +14,8 @@ use crate::urlpath::DecodedPath;
 /// subresource RequestInfo derives, so routing reads only the path.
 pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
     let path = DecodedPath::parse(raw_path);
-    let found = match route_key(&path) {
-        RouteKey::Resource { group, version, resource, subresource } => {
-            table.resource_upstreams(group, version, resource, subresource)
-        }
-        RouteKey::Discovery { group, version } => table.discovery_upstreams(group, version),
-        RouteKey::OpenApiV3 { key } => table.openapi_v3_upstreams(key),
-        RouteKey::None => None,
-    };
-    found.map(|u| u.header_value(n))
+    let set = table.servers(&route_key(&path))?;
+    table.pinned(set).map(|u| u.header_value(n))
 }
 
 #[cfg(test)]

@@ -1,0 +1,239 @@
+//! Why a request goes where: the wasm filter's own decision (`mvp-routing`:
+//! the same classification, table and lookup code, not a second
+//! implementation) on the table the filter holds, with the apiservers'
+//! names and health — for `mvp-ext-proc explain` and `GET /debug/route`.
+
+use mvp_protos::routing::v1 as pb;
+use mvp_routing::requestinfo::{Method, RequestInfo, RouteKey, classify, route_key};
+use mvp_routing::table::RouteTable;
+use mvp_routing::urlpath::DecodedPath;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub method: String,
+    pub path: String,
+    /// kube-apiserver's RequestInfo for this request.
+    pub request: Request,
+    /// What the front door routes by (`None`: it does not route this path).
+    pub routed_by: Option<String>,
+    pub table_version: String,
+    pub apiservers: Vec<Member>,
+    pub decision: Decision,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    /// `resource`, `discovery`, `nonResource` or `invalid` (kube answers 500).
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verb: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    pub name: String,
+    pub address: String,
+    pub healthy: bool,
+    /// Whether the table says it serves this request (`None`: not routed).
+    pub serves: Option<bool>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// `pinned` (only the listed apiservers get it) or `loadBalanced`.
+    pub action: String,
+    /// The override-host list the filter sets (the first rotation; later
+    /// requests start at the next healthy member).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<String>,
+    pub reason: String,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn some(b: &[u8]) -> Option<String> {
+    (!b.is_empty()).then(|| text(b))
+}
+
+fn gv(group: &[u8], version: &[u8]) -> String {
+    if group.is_empty() { text(version) } else { format!("{}/{}", text(group), text(version)) }
+}
+
+fn request(info: &RequestInfo<'_>) -> Request {
+    match info {
+        RequestInfo::Resource(r) => Request {
+            kind: "resource".into(),
+            verb: Some(format!("{:?}", r.verb).to_lowercase()),
+            group: Some(text(r.group)),
+            version: Some(text(r.version)),
+            namespace: some(r.namespace),
+            resource: Some(text(r.resource)),
+            name: some(&r.name),
+            subresource: some(r.subresource),
+        },
+        RequestInfo::Discovery { group, version } => Request {
+            kind: "discovery".into(),
+            group: Some(text(group)),
+            version: version.map(text),
+            ..Request::default()
+        },
+        RequestInfo::NonResource => Request { kind: "nonResource".into(), ..Request::default() },
+        RequestInfo::Invalid => Request { kind: "invalid".into(), ..Request::default() },
+    }
+}
+
+fn routed_by(key: &RouteKey<'_>) -> Option<String> {
+    match *key {
+        RouteKey::Resource { group, version, resource, subresource: b"" } => Some(format!("{} {}", gv(group, version), text(resource))),
+        RouteKey::Resource { group, version, resource, subresource } => Some(format!("{} {}/{}", gv(group, version), text(resource), text(subresource))),
+        RouteKey::Discovery { group, version: Some(v) } => Some(format!("discovery document of {}", gv(group, v))),
+        RouteKey::Discovery { group, version: None } => Some(format!("discovery document of group {}", text(group))),
+        RouteKey::OpenApiV3 { key: b"" } => Some("the /openapi/v3 index".into()),
+        RouteKey::OpenApiV3 { key } => Some(format!("OpenAPI v3 document {}", text(key))),
+        RouteKey::None => None,
+    }
+}
+
+/// Explains `method raw_path` against the published `table`.
+pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result<Explanation, String> {
+    let rt = RouteTable::from_proto(table).map_err(|e| e.to_string())?;
+    let path = DecodedPath::parse(raw_path.as_bytes());
+    let info = classify(Method::from_bytes(method.as_bytes()), &path);
+    let key = route_key(&path);
+    let set = rt.servers(&key);
+    let what = routed_by(&key);
+    let apiservers = table
+        .apiservers
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Member {
+            name: a.name.clone(),
+            address: a.address.clone(),
+            healthy: a.healthy,
+            serves: set.map(|s| s & (1u64 << i) != 0),
+        })
+        .collect::<Vec<_>>();
+    let decision = match (&what, set) {
+        (None, _) => Decision {
+            action: "loadBalanced".into(),
+            hosts: None,
+            reason: "not a path the front door routes: every apiserver answers it itself (kube serves it locally too)".into(),
+        },
+        (Some(w), None | Some(0)) => Decision {
+            action: "loadBalanced".into(),
+            hosts: None,
+            reason: format!("no apiserver serves {w}: whichever answers gives its own 404"),
+        },
+        (Some(w), Some(s)) if s == rt.all() => Decision { action: "loadBalanced".into(), hosts: None, reason: format!("every apiserver serves {w}") },
+        (Some(w), Some(s)) => {
+            let serving: Vec<&Member> = apiservers.iter().filter(|m| m.serves == Some(true)).collect();
+            let names = serving.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ");
+            let mut reason = format!("only {names} serve{} {w}", if serving.len() == 1 { "s" } else { "" });
+            if serving.iter().all(|m| !m.healthy) {
+                reason.push_str("; none of them is healthy now: the client gets the 503 Status unless one answers");
+            } else if serving.iter().any(|m| !m.healthy) {
+                reason.push_str("; healthy ones first, the others only on failover");
+            }
+            Decision { action: "pinned".into(), hosts: rt.pinned(s).map(|u| u.header_value(0).to_string()), reason }
+        }
+    };
+    Ok(Explanation {
+        method: method.to_string(),
+        path: raw_path.to_string(),
+        request: request(&info),
+        routed_by: what,
+        table_version: format!("{:016x}", table.version),
+        apiservers,
+        decision,
+    })
+}
+
+/// The human form `mvp-ext-proc explain` prints.
+pub fn render(e: &Explanation) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "{} {}", e.method, e.path);
+    let r = &e.request;
+    let mut fields = vec![format!("kind={}", r.kind)];
+    for (k, v) in [("verb", &r.verb), ("group", &r.group), ("version", &r.version), ("namespace", &r.namespace), ("resource", &r.resource), ("name", &r.name), ("subresource", &r.subresource)] {
+        if let Some(v) = v {
+            fields.push(format!("{k}={}", if v.is_empty() { "\"\"" } else { v }));
+        }
+    }
+    let _ = writeln!(out, "  request:    {}", fields.join(" "));
+    let _ = writeln!(out, "  routed by:  {}", e.routed_by.as_deref().unwrap_or("(not routed)"));
+    for m in &e.apiservers {
+        let serves = match m.serves {
+            Some(true) => "serves it",
+            Some(false) => "does not serve it",
+            None => "-",
+        };
+        let _ = writeln!(out, "  apiserver:  {:<16} {:<22} {:<9} {serves}", m.name, m.address, if m.healthy { "healthy" } else { "UNHEALTHY" });
+    }
+    let _ = writeln!(out, "  decision:   {}{}", e.decision.action, e.decision.hosts.as_ref().map(|h| format!(" to {h}")).unwrap_or_default());
+    let _ = writeln!(out, "  why:        {}", e.decision.reason);
+    let _ = writeln!(out, "  table:      version {}", e.table_version);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mvp_routing::testing::sample;
+
+    fn action(path: &str) -> (String, Option<String>) {
+        let e = explain(&sample(), "GET", path).unwrap();
+        (e.decision.action, e.decision.hosts)
+    }
+
+    #[test]
+    fn explains_what_the_filter_decides() {
+        // The sample: a and b serve apps/v1 deployments, only a its scale; b
+        // alone resource.k8s.io/v1; c (unhealthy) alone batch/v1 jobs.
+        let pinned = |h: &str| ("pinned".to_string(), Some(h.to_string()));
+        let balanced = ("loadBalanced".to_string(), None);
+        assert_eq!(action("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c"), pinned("127.0.0.1:1002"));
+        assert_eq!(action("/apis/apps/v1/namespaces/ns/deployments/d/scale"), pinned("127.0.0.1:1001"));
+        assert_eq!(action("/api/v1/pods"), balanced);
+        assert_eq!(action("/apis/unknown.example/v1/things"), balanced);
+        assert_eq!(action("/healthz"), balanced);
+        // Exactly the filter's own answer.
+        let rt = RouteTable::from_proto(&sample()).unwrap();
+        for path in ["/apis/batch/v1/namespaces/ns/jobs", "/apis/resource.k8s.io/v1", "/api/v1/pods", "/openapi/v3/api/v1"] {
+            assert_eq!(action(path).1.as_deref(), mvp_routing::route::decide(&rt, path.as_bytes(), 0), "{path}");
+        }
+    }
+
+    #[test]
+    fn says_why() {
+        let e = explain(&sample(), "DELETE", "/apis/batch/v1/namespaces/ns/jobs/j").unwrap();
+        assert_eq!((e.request.kind.as_str(), e.request.verb.as_deref(), e.request.name.as_deref()), ("resource", Some("delete"), Some("j")));
+        assert_eq!(e.routed_by.as_deref(), Some("batch/v1 jobs"));
+        assert!(e.decision.reason.contains("only c serves") && e.decision.reason.contains("503"), "{}", e.decision.reason);
+        assert_eq!(e.apiservers.iter().map(|m| m.serves).collect::<Vec<_>>(), [Some(false), Some(false), Some(true)]);
+        let text = render(&e);
+        assert!(text.contains("decision:   pinned to 127.0.0.1:1003"), "{text}");
+        let e = explain(&sample(), "GET", "/version").unwrap();
+        assert!(e.decision.reason.contains("not a path the front door routes"));
+        assert!(explain(&pb::RoutingTable::default(), "GET", "/").is_err(), "no table yet");
+    }
+}
