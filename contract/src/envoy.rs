@@ -29,3 +29,11 @@ pub const REFRESHER_ROOT_ID: &str = "mvp_table_refresher";
 
 /// gRPC method the refresher calls (`mvp.routing.v1.RoutingTableService`).
 pub const GET_TABLE_PATH: &str = "/mvp.routing.v1.RoutingTableService/GetTable";
+
+/// The request property the filter sets on a request it pinned: what it was
+/// routed by (`apps/v1/deployments`, see `RouteKey::label`).
+pub const ROUTE_KEY_PROPERTY: &str = "mvp_route_key";
+
+/// The same property as Envoy's access log reads it (`%FILTER_STATE(…)%`):
+/// Envoy stores a wasm property under `wasm.` + its name.
+pub const ROUTE_KEY_FILTER_STATE: &str = "wasm.mvp_route_key";

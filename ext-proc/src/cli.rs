@@ -62,6 +62,12 @@ struct ExplainArgs {
     path: String,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AccessLog {
+    Stdout,
+    Off,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ExplainOutput {
     Human,
@@ -179,6 +185,10 @@ struct EnvoyConfigArgs {
     /// Envoy admin address.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
     admin: SocketAddr,
+    /// Envoy's access log: one JSON line per request on stdout (method,
+    /// path, code, flags, upstream, the filter's route list and key, user).
+    #[arg(long, value_enum, default_value_t = AccessLog::Stdout)]
+    access_log: AccessLog,
     /// How often Envoy's refresher asks mvp-ext-proc for a newer table.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     table_poll_interval: Duration,
@@ -311,6 +321,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         ext_proc: a.ext_proc,
         table_poll_interval: a.table_poll_interval,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
+        access_log: a.access_log == AccessLog::Stdout,
     };
     Ok(envoy_config::render_yaml(&opts, command)?)
 }

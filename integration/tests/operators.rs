@@ -3,8 +3,9 @@
 //! of fake apiservers v1.30 and v1.37.
 
 use std::process::Command;
+use std::time::Duration;
 
-use integration::harness::{FakeSpec, FrontDoor, Options, ext_proc_bin, served_by};
+use integration::harness::{FakeSpec, FrontDoor, Options, ext_proc_bin, served_by, wait_for};
 use serde_json::Value;
 
 fn explain(door: &FrontDoor, args: &[&str]) -> (bool, String) {
@@ -53,4 +54,32 @@ async fn explain_says_where_a_request_goes_and_why() {
     let out = Command::new(ext_proc_bin().unwrap()).args(["explain", "--server", "http://127.0.0.1:9", "/api"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("asking mvp-ext-proc at http://127.0.0.1:9"));
+}
+
+/// Envoy's access log (on by default): one JSON line per request with what
+/// an operator asks during an upgrade — where it went and why.
+#[tokio::test]
+async fn access_log_says_where_each_request_went() {
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    let v137 = door.fake("v137").address();
+    let pinned = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests?limit=1";
+    let shared = "/api/v1/namespaces/default/pods?mark=access-log";
+    for path in [pinned, shared] {
+        let resp = door.http.get(door.url(path)).header("user-agent", "access-log-test/1.0").send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let lines = wait_for("both access log lines", Duration::from_secs(10), || async {
+        let text = std::fs::read_to_string(&door.envoy.log).ok()?;
+        let lines: Vec<Value> = text.lines().filter(|l| l.starts_with('{')).filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let find = |p: &str| lines.iter().find(|l| l["path"] == p).cloned();
+        Some((find(pinned)?, find(shared)?))
+    })
+    .await
+    .unwrap();
+    let (p, s) = lines;
+    assert_eq!((p["method"].as_str(), p["code"].as_u64(), p["upstream"].as_str()), (Some("GET"), Some(200), Some(v137.as_str())), "{p}");
+    assert_eq!((p["route"].as_str(), p["routedBy"].as_str()), (Some(v137.as_str()), Some("lifecycle.k8s.io/v1alpha1/evictionrequests")), "{p}");
+    assert_eq!(p["userAgent"], "access-log-test/1.0");
+    assert!(p["durationMs"].is_number() && p["flags"] == "-", "{p}");
+    assert_eq!((s["route"].clone(), s["routedBy"].clone(), s["code"].as_u64()), (Value::Null, Value::Null, Some(200)), "shared: load-balanced, {s}");
 }

@@ -74,6 +74,13 @@ async fn several_common_names_forward_the_one_kube_would_read() {
         assert_eq!((name.as_str(), &groups[..2]), ("admin", &strings(&["dev", "ops"])[..]), "http2={http2}");
         assert_eq!(v["servedBy"]["headers"]["x-remote-user"], serde_json::json!(["admin"]));
     }
+    // The access log names the user the front door verified.
+    let logged = integration::harness::wait_for("the access log line", Duration::from_secs(10), || async {
+        let text = std::fs::read_to_string(&s.door.envoy.log).ok()?;
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|l| l["path"] == NEW_ONLY && l["user"] == "admin")
+    })
+    .await;
+    assert!(logged.is_ok(), "no access log line with user admin for {NEW_ONLY}");
 }
 
 /// Identity and routing headers a client sends never reach an apiserver,

@@ -105,6 +105,25 @@ pub enum RouteKey<'a> {
     None,
 }
 
+impl RouteKey<'_> {
+    /// A short name for logs: `apps/v1/deployments/scale`, `v1/pods`,
+    /// `apis/batch/v1` (a discovery document), `openapi/v3/apis/apps/v1`.
+    pub fn label(&self) -> String {
+        let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let gv = |g: &[u8], v: &[u8]| if g.is_empty() { s(v) } else { format!("{}/{}", s(g), s(v)) };
+        match *self {
+            RouteKey::Resource { group, version, resource, subresource: b"" } => format!("{}/{}", gv(group, version), s(resource)),
+            RouteKey::Resource { group, version, resource, subresource } => format!("{}/{}/{}", gv(group, version), s(resource), s(subresource)),
+            RouteKey::Discovery { group: b"", version: Some(v) } => format!("api/{}", s(v)),
+            RouteKey::Discovery { group, version: Some(v) } => format!("apis/{}/{}", s(group), s(v)),
+            RouteKey::Discovery { group, version: None } => format!("apis/{}", s(group)),
+            RouteKey::OpenApiV3 { key: b"" } => "openapi/v3".into(),
+            RouteKey::OpenApiV3 { key } => format!("openapi/v3/{}", s(key)),
+            RouteKey::None => String::new(),
+        }
+    }
+}
+
 /// The HTTP method, reduced to what RequestInfo distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {

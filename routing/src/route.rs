@@ -2,7 +2,7 @@
 //! plain Rust so it is tested natively. The adapter only moves headers in
 //! and out.
 
-use crate::requestinfo::route_key;
+use crate::requestinfo::{RouteKey, route_key};
 use crate::table::RouteTable;
 use crate::urlpath::DecodedPath;
 
@@ -13,9 +13,15 @@ use crate::urlpath::DecodedPath;
 /// Neither the method nor the query changes the group/version/resource/
 /// subresource RequestInfo derives, so routing reads only the path.
 pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
-    let path = DecodedPath::parse(raw_path);
-    let set = table.servers(&route_key(&path))?;
-    table.pinned(set).map(|u| u.header_value(n))
+    pin(table, &DecodedPath::parse(raw_path), n).map(|(hosts, _)| hosts)
+}
+
+/// [`decide`], also handing back what the request was routed by (for the
+/// access log: only a pinned request pays for naming it).
+pub fn pin<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>, n: u32) -> Option<(&'t str, RouteKey<'p>)> {
+    let key = route_key(path);
+    let set = table.servers(&key)?;
+    table.pinned(set).map(|u| (u.header_value(n), key))
 }
 
 #[cfg(test)]

@@ -34,3 +34,13 @@ fn decisions() {
         assert_eq!(decide(&t, path.as_bytes(), 0), *want, "{path}");
     }
 }
+
+#[test]
+fn a_pinned_request_names_its_key() {
+    let t = RouteTable::from_proto(&sample()).unwrap();
+    let label = |p: &str| pin(&t, &DecodedPath::parse(p.as_bytes()), 0).map(|(h, k)| (h.to_string(), k.label()));
+    assert_eq!(label("/apis/apps/v1/namespaces/ns/deployments/d/scale"), Some(("127.0.0.1:1001".into(), "apps/v1/deployments/scale".into())));
+    assert_eq!(label("/apis/resource.k8s.io/v1"), Some(("127.0.0.1:1002".into(), "apis/resource.k8s.io/v1".into())));
+    assert_eq!(label("/openapi/v3"), Some(("127.0.0.1:1001,127.0.0.1:1002".into(), "openapi/v3".into())));
+    assert_eq!(label("/api/v1/pods"), None);
+}

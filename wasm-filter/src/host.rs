@@ -67,6 +67,9 @@ pub trait Host {
     /// Replaces every value of `name`.
     fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
+    /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
+    /// by the access log).
+    fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError>;
     /// The verified client certificate's subject (RFC 2253), empty or absent
     /// without one (Envoy's `connection.subject_peer_certificate`).
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError>;

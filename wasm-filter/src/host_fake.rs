@@ -23,6 +23,7 @@ pub struct FakeHost {
     pub counters: RefCell<HashMap<&'static str, i64>>,
     pub gauges: RefCell<HashMap<&'static str, u64>>,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
+    pub properties: RefCell<HashMap<String, Vec<u8>>>,
 }
 
 impl FakeHost {
@@ -63,6 +64,11 @@ impl Host for FakeHost {
 
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
         self.headers.borrow_mut().push((name.into(), value.into()));
+        Ok(())
+    }
+
+    fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError> {
+        self.properties.borrow_mut().insert(name.into(), value.to_vec());
         Ok(())
     }
 

@@ -7,11 +7,13 @@
 
 use std::cell::Cell;
 
+use mvp_contract::envoy::ROUTE_KEY_PROPERTY;
 use mvp_contract::plugin::{IdentityConfig, RouterConfig};
 
 use crate::host::{Counter, Gauge, Host, LogLevel};
 use crate::identity;
 use crate::route;
+use crate::urlpath::DecodedPath;
 use crate::shared_table::{Load, WorkerTable};
 
 /// How often a worker flushes its rerouted-request count.
@@ -50,7 +52,8 @@ impl Router {
         };
         let table = self.table.current();
         let n = self.counter.get();
-        let Some(hosts) = route::decide(&table, &path, n) else {
+        let decoded = DecodedPath::parse(&path);
+        let Some((hosts, key)) = route::pin(&table, &decoded, n) else {
             return;
         };
         self.counter.set(n.wrapping_add(1));
@@ -60,6 +63,11 @@ impl Router {
         match host.set_request_header(&self.config.route_header, hosts) {
             Ok(()) => self.unflushed.set(self.unflushed.get() + 1),
             Err(e) => host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}")),
+        }
+        // What it was routed by, for the access log (pinned requests only:
+        // the others cost nothing extra).
+        if let Err(e) = host.set_property(ROUTE_KEY_PROPERTY, key.label().as_bytes()) {
+            host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
         }
     }
 

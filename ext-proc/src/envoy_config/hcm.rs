@@ -1,7 +1,8 @@
 //! The HTTP connection manager: strips what clients must not send, then the
 //! filters and routes, and turns Envoy's own error replies into `metav1.Status`.
 
-use mvp_contract::headers::{STRIPPED, STRIPPED_PREFIXES};
+use mvp_contract::envoy::ROUTE_KEY_FILTER_STATE;
+use mvp_contract::headers::{ROUTE, STRIPPED, STRIPPED_PREFIXES};
 use mvp_contract::limits::RETRY_BODY_BUFFER_BYTES;
 use serde_json::{Value, json};
 
@@ -74,6 +75,40 @@ fn local_replies() -> Vec<Value> {
     ]
 }
 
+/// One JSON line per request on stdout: what an operator asks of a request
+/// during an upgrade — where it went, why, and for whom. `route` is the
+/// override-host list and `routedBy` what the filter routed by, both only
+/// for requests it pinned (others: null, load-balanced over every
+/// apiserver); `user` only when the front door verified a client
+/// certificate.
+fn access_log(o: &EnvoyConfigOptions) -> Value {
+    let user = format!("%REQ({})%", o.requestheader.username_header());
+    json!([{
+        "name": "envoy.access_loggers.stdout",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+            "log_format": {"json_format": {
+                "time": "%START_TIME%",
+                "method": "%REQ(:METHOD)%",
+                "path": "%REQ(:PATH)%",
+                "protocol": "%PROTOCOL%",
+                "code": "%RESPONSE_CODE%",
+                "flags": "%RESPONSE_FLAGS%",
+                "details": "%RESPONSE_CODE_DETAILS%",
+                "durationMs": "%DURATION%",
+                "upstream": "%UPSTREAM_HOST%",
+                "route": format!("%REQ({ROUTE})%"),
+                "routedBy": format!("%FILTER_STATE({ROUTE_KEY_FILTER_STATE}:PLAIN)%"),
+                "user": user,
+                "userAgent": "%REQ(USER-AGENT)%",
+                "client": "%DOWNSTREAM_REMOTE_ADDRESS%",
+                "bytesReceived": "%BYTES_RECEIVED%",
+                "bytesSent": "%BYTES_SENT%",
+            }},
+        },
+    }])
+}
+
 pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
     json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
@@ -108,5 +143,6 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         },
         "http_filters": filters::http_filters(o, forwards_identity),
         "local_reply_config": {"mappers": local_replies()},
+        "access_log": if o.access_log { access_log(o) } else { Value::Null },
     })
 }

@@ -46,6 +46,8 @@ pub struct EnvoyConfigOptions {
     pub front_tls: Option<FrontTls>,
     pub peer_tls: Option<PeerTls>,
     pub requestheader: RequestHeaderNames,
+    /// Envoy's per-request access log (JSON lines on stdout) on or off.
+    pub access_log: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +153,7 @@ mod tests {
             front_tls: None,
             peer_tls: None,
             requestheader: RequestHeaderNames::default(),
+            access_log: true,
         }
     }
 

@@ -48,6 +48,8 @@ impl Backend {
         let apiservers = ports.iter().map(|(n, p)| (n.clone(), format!("http://127.0.0.1:{p}"))).collect();
         let mut topology = Topology::new(apiservers, Ports { listen: 0, admin: 0, grpc, metrics });
         topology.refresh_interval = refresh;
+        // Routing alone is measured; an operator's access log is a choice.
+        topology.access_log = false;
         let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &topology.serve_args())?;
         let router_args =
             vec!["--listen".to_string(), format!("127.0.0.1:{router_port}"), "--table-from".into(), format!("127.0.0.1:{grpc}")];

@@ -52,6 +52,9 @@ pub struct Topology {
     pub tls: Option<Arc<Pki>>,
     /// Extra `mvp-ext-proc serve` flags.
     pub serve_extra: Vec<String>,
+    /// Envoy's access log (on, as rendered by default; the benchmark turns it
+    /// off to measure routing alone).
+    pub access_log: bool,
 }
 
 impl Topology {
@@ -64,6 +67,7 @@ impl Topology {
             table_poll_interval: Duration::from_millis(100),
             tls: None,
             serve_extra: vec![],
+            access_log: true,
         }
     }
 
@@ -118,6 +122,8 @@ impl Topology {
             format!("127.0.0.1:{}", self.ports.grpc),
             "--table-poll-interval".into(),
             format!("{}ms", self.table_poll_interval.as_millis()),
+            "--access-log".into(),
+            if self.access_log { "stdout" } else { "off" }.into(),
         ]);
         args.extend(self.peer_flags());
         if let Some(pki) = &self.tls {
@@ -148,6 +154,10 @@ impl Topology {
             "--disable-hot-restart".into(),
             "--log-level".into(),
             log_level.into(),
+            // Access log lines reach the log file within 100 ms (Envoy's
+            // default is every 10 s), so tests can wait for them.
+            "--file-flush-interval-msec".into(),
+            "100".into(),
         ]
     }
 

@@ -33,6 +33,7 @@ unsafe extern "C" {
     fn proxy_set_shared_data(key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize, cas: u32) -> u32;
     fn proxy_get_buffer_bytes(buffer_type: u32, start: usize, max_size: usize, return_buffer_data: *mut *mut u8, return_buffer_size: *mut usize) -> u32;
     fn proxy_get_property(path_data: *const u8, path_size: usize, return_value_data: *mut *mut u8, return_value_size: *mut usize) -> u32;
+    fn proxy_set_property(path_data: *const u8, path_size: usize, value_data: *const u8, value_size: usize) -> u32;
     fn proxy_log(level: u32, message_data: *const u8, message_size: usize) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
     fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
@@ -114,6 +115,12 @@ impl Host for AbiHost {
 
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
         status(unsafe { proxy_add_header_map_value(REQUEST_HEADERS, name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
+    }
+
+    fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError> {
+        // A one-segment property path is the name itself (segments are
+        // NUL-separated).
+        status(unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
     }
 
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
