@@ -29,12 +29,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# Load generators for the benchmark (and its smoke test), from Debian.
-if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null; then
-  log "installing wrk and h2load (Debian: wrk, nghttp2-client)"
+# Load generators for the benchmark (and its smoke test), and a headless
+# browser for the status page's test, from Debian.
+if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null || ! command -v chromium >/dev/null; then
+  log "installing wrk, h2load and chromium (Debian: wrk, nghttp2-client, chromium)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client chromium >/dev/null
 fi
 
 ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)

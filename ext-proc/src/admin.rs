@@ -21,6 +21,7 @@ struct AdminState {
 
 pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
     axum::Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -44,6 +45,21 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     } else {
         "ok".into_response()
     }
+}
+
+/// `GET /`: the status page.
+async fn status_page(State(s): State<AdminState>) -> Response {
+    let p = &s.published;
+    let (table, changed, states, merged, openapi) =
+        (p.table.borrow().clone(), *p.table_changed.borrow(), p.states.borrow().clone(), p.merged.borrow().clone(), p.openapi.borrow().clone());
+    let html = crate::status_page::render(&crate::status_page::Snapshot {
+        table: &table,
+        table_changed: changed,
+        states: &states,
+        merged: merged.as_deref(),
+        openapi: &openapi,
+    });
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -76,6 +92,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 "url": st.spec.url.as_str(),
                 "address": st.address.map(|a| a.to_string()),
                 "healthy": st.healthy,
+                "release": st.version,
                 "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
                 "openapiV3Keys": st.openapi.as_ref().filter(|o| o.v3_index.is_some()).map(|o| o.v3_keys().count()),
                 "lastError": st.last_error,

@@ -10,8 +10,8 @@
 //!   holds Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
-//! - Operators: [`admin`] (`/metrics`, `/healthz`, `/readyz`, `/table`) over
-//!   [`metrics`].
+//! - Operators: [`admin`] (`/` the [`status_page`], `/metrics`, `/healthz`,
+//!   `/readyz`, `/table`, `/debug/route` = [`explain`]) over [`metrics`].
 //! - [`cli`] turns flags into options; [`serve`] wires the processes.
 
 pub mod admin;
@@ -29,6 +29,7 @@ pub mod publish;
 pub mod rewrite;
 pub mod routing_table;
 pub mod serve;
+pub mod status_page;
 pub mod sync;
 pub mod tls;
 

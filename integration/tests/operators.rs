@@ -83,3 +83,48 @@ async fn access_log_says_where_each_request_went() {
     assert!(p["durationMs"].is_number() && p["flags"] == "-", "{p}");
     assert_eq!((s["route"].clone(), s["routedBy"].clone(), s["code"].as_u64()), (Value::Null, Value::Null, Some(200)), "shared: load-balanced, {s}");
 }
+
+/// Headless Chromium (Debian's) on the status page.
+fn chromium(dir: &std::path::Path, args: &[&str], url: &str) -> String {
+    let out = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium (scripts/bootstrap.sh installs it)");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The status page, as a real browser renders it: the members with their
+/// release, the skew matrix of the v1.30/v1.33/v1.37 topology, and a
+/// stopped apiserver shown unhealthy after the next round.
+#[tokio::test]
+async fn status_page_shows_members_and_skew_in_a_browser() {
+    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")];
+    let mut door = FrontDoor::start(&specs, Options::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{}/", door.metrics_port);
+    // Releases are read right after the first discovery.
+    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.iter().all(|s| s["release"].is_string()))).await.unwrap();
+
+    let dom = chromium(dir.path(), &["--dump-dom"], &url);
+    assert!(dom.contains("3 of 3 apiservers healthy"), "{dom}");
+    assert!(dom.contains("v1.37.0-fake+v137") && dom.contains("v1.30.0-fake+v130"), "releases shown");
+    let row = |gvr: &str| dom.split("<tr>").find(|r| r.contains(&format!("<td>{gvr}</td>"))).map(|r| r.matches("class=\"yes\"").count());
+    assert_eq!(row("lifecycle.k8s.io/v1alpha1/evictionrequests"), Some(1), "a v1.37-only API, served by one");
+    assert_eq!(row("flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"), Some(1), "v1.30 only");
+    assert_eq!(row("resource.k8s.io/v1beta1/resourceclaims"), Some(2), "new in v1.33");
+    assert_eq!(row("v1/pods"), None, "served by all: not skewed");
+
+    let shot = dir.path().join("status.png");
+    chromium(dir.path(), &["--window-size=1100,900", &format!("--screenshot={}", shot.display())], &url);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a real screenshot");
+
+    door.fake_mut("v137").proc.kill();
+    door.wait_table_published(|t| t["apiservers"][2]["healthy"] == false).await.unwrap();
+    let dom = chromium(dir.path(), &["--dump-dom"], &url);
+    assert!(dom.contains("2 of 3 apiservers healthy") && dom.contains(">unhealthy<"), "{dom}");
+}

@@ -197,6 +197,22 @@ impl Discoverer {
         Ok(view)
     }
 
+    /// The apiserver's release (`/version`'s `gitVersion`), for operators.
+    pub async fn read_version(&mut self, address: Option<SocketAddr>) -> Result<String, DiscoveryError> {
+        #[derive(serde::Deserialize)]
+        struct Version {
+            #[serde(rename = "gitVersion")]
+            git_version: String,
+        }
+        let client = self.client(address)?;
+        match self.get(&client, "/version", "application/json", None).await? {
+            Fetched::Ok { body, .. } => aggregated::parse::<Version>("version.Info", &body)
+                .map(|v| v.git_version)
+                .map_err(|source| DiscoveryError::Document { path: "/version".into(), source }),
+            _ => Err(DiscoveryError::Fetch { path: "/version".into(), source: FetchError::Status(404) }),
+        }
+    }
+
     async fn root(&mut self, client: &reqwest::Client, path: &'static str, root: Root) -> Result<Arc<RootView>, DiscoveryError> {
         let etag = self.cache.get(path).map(|(e, _)| e.as_str());
         let fetched = self.get(client, path, DISCOVERY_ACCEPT, etag).await?;

@@ -34,6 +34,8 @@ pub struct SyncOptions {
 #[derive(Clone)]
 pub struct Published {
     pub table: watch::Receiver<Arc<pb::RoutingTable>>,
+    /// When the table last changed.
+    pub table_changed: watch::Receiver<std::time::SystemTime>,
     pub states: watch::Receiver<Arc<Vec<ServerState>>>,
     /// The peer-aggregated `/apis`, rebuilt only when some server's view changed.
     pub merged: watch::Receiver<Option<Arc<MergedDocument>>>,
@@ -47,6 +49,7 @@ pub struct Syncer {
     discoverers: Vec<Discoverer>,
     options: SyncOptions,
     table_tx: watch::Sender<Arc<pb::RoutingTable>>,
+    table_changed_tx: watch::Sender<std::time::SystemTime>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
     merged_tx: watch::Sender<Option<Arc<MergedDocument>>>,
     openapi_tx: watch::Sender<Arc<MergedOpenApi>>,
@@ -86,6 +89,7 @@ impl Syncer {
             .map(|s| Discoverer::new(s, transport.clone(), options.discovery.clone(), known.clone()))
             .collect();
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let (table_changed_tx, table_changed) = watch::channel(std::time::SystemTime::now());
         let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
         let (merged_tx, merged) = watch::channel(None);
         let (openapi_tx, openapi) = watch::channel(Arc::new(MergedOpenApi::default()));
@@ -94,6 +98,7 @@ impl Syncer {
             discoverers,
             options,
             table_tx,
+            table_changed_tx,
             states_tx,
             merged_tx,
             openapi_tx,
@@ -104,7 +109,7 @@ impl Syncer {
             persisted_from,
             metrics,
         };
-        (syncer, Published { table, states: states_rx, merged, openapi })
+        (syncer, Published { table, table_changed, states: states_rx, merged, openapi })
     }
 
     /// Starts one discovery loop per apiserver and applies their reports
@@ -148,7 +153,7 @@ impl Syncer {
     fn apply(&mut self, report: poll::Report) {
         let now = Instant::now();
         match report {
-            poll::Report::Discovery { index, address, resolve_error, result } => {
+            poll::Report::Discovery { index, address, resolve_error, result, version } => {
                 let Some(state) = self.states.get_mut(index) else { return };
                 let name = state.spec.name.clone();
                 if let Some(e) = resolve_error {
@@ -156,6 +161,9 @@ impl Syncer {
                     tracing::warn!(apiserver = %name, error = %e, "cannot resolve apiserver address; keeping the last one");
                 }
                 state.address = address;
+                if version.is_some() {
+                    state.version = version;
+                }
                 match result {
                     Ok(view) => {
                         let resources = view.capabilities.resource_count();
@@ -272,6 +280,7 @@ impl Syncer {
             );
             self.metrics.table_changed(&new);
             self.table_tx.send_replace(Arc::new(new));
+            self.table_changed_tx.send_replace(std::time::SystemTime::now());
         }
     }
 

@@ -17,7 +17,15 @@ use crate::openapi::ServerOpenApi;
 pub enum Report {
     /// A discovery read: its address (resolved this round, or the last one
     /// with the resolution error) and what it serves, or why not.
-    Discovery { index: usize, address: Option<SocketAddr>, resolve_error: Option<String>, result: Result<Arc<ServerView>, DiscoveryError> },
+    Discovery {
+        index: usize,
+        address: Option<SocketAddr>,
+        resolve_error: Option<String>,
+        result: Result<Arc<ServerView>, DiscoveryError>,
+        /// Its release, when read this round (first success, and after
+        /// every failure: it may come back as another release).
+        version: Option<String>,
+    },
     /// Its OpenAPI documents, read after a successful discovery report (the
     /// same `Arc` while nothing was due or changed).
     OpenApi { index: usize, result: Result<Arc<ServerOpenApi>, DiscoveryError> },
@@ -28,6 +36,7 @@ pub async fn poll(index: usize, spec: ApiserverSpec, mut discoverer: Discoverer,
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut address = spec.ip_address();
+    let mut version_due = true;
     loop {
         ticker.tick().await;
         let resolve_error = match resolve(&spec).await {
@@ -38,13 +47,18 @@ pub async fn poll(index: usize, spec: ApiserverSpec, mut discoverer: Discoverer,
             Err(e) => Some(e),
         };
         let result = discoverer.discover(address).await;
+        let mut version = None;
         if result.is_err() {
             // When it answers again it may be another release: read
             // everything then.
             discoverer.force_full_read();
+            version_due = true;
+        } else if version_due {
+            version = discoverer.read_version(address).await.ok();
+            version_due = version.is_none();
         }
         let view = result.as_ref().ok().cloned();
-        if reports.send(Report::Discovery { index, address, resolve_error, result }).await.is_err() {
+        if reports.send(Report::Discovery { index, address, resolve_error, result, version }).await.is_err() {
             return;
         }
         // OpenAPI after discovery is reported: a new API set routes without

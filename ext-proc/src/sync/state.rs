@@ -37,6 +37,8 @@ pub struct ServerState {
     /// start), pointer-equal while unchanged.
     pub openapi: Option<Arc<ServerOpenApi>>,
     pub healthy: bool,
+    /// Its release (`/version`), read after each (re)appearance.
+    pub version: Option<String>,
     pub last_success: Option<Instant>,
     pub last_error: Option<String>,
 }
@@ -49,6 +51,7 @@ impl ServerState {
             view: None,
             openapi: None,
             healthy: false,
+            version: None,
             last_success: None,
             last_error: None,
         }
