@@ -128,3 +128,93 @@ async fn status_page_shows_members_and_skew_in_a_browser() {
     let dom = chromium(dir.path(), &["--dump-dom"], &url);
     assert!(dom.contains("2 of 3 apiservers healthy") && dom.contains(">unhealthy<"), "{dom}");
 }
+
+/// Metric names in an exposition (samples, and families declared without
+/// samples yet: a labelled counter appears only once incremented).
+fn exported(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else { continue };
+            out.insert(name.to_string());
+            match kind {
+                "counter" => {
+                    out.insert(format!("{name}_total"));
+                }
+                "histogram" => out.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}"))),
+                _ => {}
+            }
+        } else if !line.starts_with('#') {
+            let name: String = line.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// The metric names a PromQL expression reads: label matchers (`{…}`) and
+/// `by (…)` / `without (…)` label lists are not metrics.
+fn metrics_in(expr: &str) -> Vec<String> {
+    let mut cleaned = String::new();
+    let mut depth = 0;
+    for c in expr.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ if depth == 0 => cleaned.push(c),
+            _ => {}
+        }
+    }
+    for kw in ["by", "without", "on", "ignoring"] {
+        while let Some(i) = cleaned.find(&format!("{kw} (")) {
+            let end = cleaned[i..].find(')').map(|e| i + e + 1).unwrap_or(cleaned.len());
+            cleaned.replace_range(i..end, " ");
+        }
+    }
+    cleaned
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|t| ["envoy_", "mvp_", "aggregator_", "apiserver_"].iter().any(|p| t.starts_with(p)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Grafana dashboard and the Prometheus rules parse, and every metric
+/// they use is one the running product exports (mvp-ext-proc's /metrics and
+/// Envoy's /stats/prometheus).
+#[tokio::test]
+async fn dashboard_and_alerts_use_only_exported_metrics() {
+    let root = integration::harness::workspace_root();
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/mvp-envoy.json")).unwrap()).unwrap();
+    let rules: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(root.join("deploy/prometheus/rules.yaml")).unwrap()).unwrap();
+    let mut exprs: Vec<String> = Vec::new();
+    for p in dashboard["panels"].as_array().unwrap() {
+        exprs.extend(p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string()));
+    }
+    for g in rules["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            assert!(r["alert"].is_string() && r["annotations"]["summary"].is_string(), "{r}");
+            exprs.push(r["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() >= 15, "{exprs:?}");
+
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    for path in ["/apis/lifecycle.k8s.io/v1alpha1/evictionrequests", "/apis", "/api/v1/pods"] {
+        door.http.get(door.url(path)).send().await.unwrap();
+    }
+    // Labelled families appear once incremented: a discovery error too.
+    door.fake_mut("v130").proc.kill();
+    door.wait_table_published(|t| t["apiservers"][0]["healthy"] == false).await.unwrap();
+    let mut names = exported(&door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap());
+    names.extend(exported(&door.http.get(format!("http://127.0.0.1:{}/stats/prometheus", door.admin_port)).send().await.unwrap().text().await.unwrap()));
+    let mut missing = std::collections::BTreeSet::new();
+    for e in &exprs {
+        let used = metrics_in(e);
+        assert!(!used.is_empty(), "no metric found in {e}");
+        missing.extend(used.into_iter().filter(|m| !names.contains(m)));
+    }
+    assert!(missing.is_empty(), "not exported by the running product: {missing:?}");
+}
