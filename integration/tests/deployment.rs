@@ -160,3 +160,88 @@ fn fixtures_are_the_shared_real_documents() {
         }
     }
 }
+
+/// The `mvp-ext-proc envoy-config` flags a manifest's init container runs:
+/// every `--flag=value` of its script, the ConfigMap's apiservers where the
+/// script reads them, and the kubeadm paths moved to `pki` and the built
+/// wasm.
+fn manifest_envoy_config_args(script: &str, apiservers: &[String], pki: &std::path::Path) -> Vec<String> {
+    let mut args: Vec<String> = Vec::new();
+    for token in script.split_whitespace() {
+        if token.starts_with("$(sed") {
+            args.extend(apiservers.iter().map(|a| format!("--apiserver={a}")));
+        } else if token.starts_with("--") {
+            args.push(
+                token
+                    .replace("/etc/mvp/pki/", &format!("{}/", pki.display()))
+                    .replace("/usr/local/lib/mvp/mvp_wasm_filter.wasm", wasm_file().unwrap().to_str().unwrap()),
+            );
+        }
+    }
+    args
+}
+
+/// The deployment forms in `deploy/` are accepted by a real kube-apiserver
+/// (the kubeadm static pod by `kubectl apply --dry-run=server`, the workload
+/// form created for real), and the Envoy bootstrap each renders with its own
+/// flags passes `envoy --mode validate` with kubeadm-named certificates.
+#[tokio::test]
+async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
+    use integration::harness::real::RealControlPlane;
+    let cp = RealControlPlane::start(&[("kas-a", &[][..])]).await.unwrap();
+    let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
+    let kc = integration::harness::secure::kubeconfig(cp.dir.path(), &cp.apiservers[0].url(), &cp.pki.serving.cert_file, &user);
+    let root = workspace_root();
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl").arg("--kubeconfig").arg(&kc).args(args).output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let static_pod = root.join("deploy/kubeadm/mvp-envoy.yaml");
+    let workload = root.join("deploy/workload/mvp-envoy.yaml");
+    // What kube-controller-manager creates in a real cluster (this tier runs
+    // none); the kubelet's mirror pod of a static pod needs no account.
+    let (ok, out) = kubectl(&["-n", "kube-system", "create", "serviceaccount", "default"]);
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&["apply", "--dry-run=server", "-f", static_pod.to_str().unwrap()]);
+    assert!(ok && out.contains("pod/mvp-envoy created (server dry run)"), "{out}");
+    let (ok, out) = kubectl(&["apply", "-f", workload.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    for made in ["namespace/mvp-envoy created", "deployment.apps/mvp-envoy created", "service/mvp-envoy created", "configmap/mvp-envoy created", "role.rbac.authorization.k8s.io/mvp-envoy created"] {
+        assert!(out.contains(made), "{made}: {out}");
+    }
+    let (ok, out) = kubectl(&["-n", "mvp-envoy", "get", "deployment", "mvp-envoy", "-o", "jsonpath={.spec.template.spec.containers[*].name}"]);
+    assert!(ok && out == "mvp-ext-proc envoy", "{out}");
+
+    // kubeadm's file names, from the test PKI (one CA file for clients and
+    // apiservers, as kubeadm's ca.crt).
+    let pki = cp.dir.path().join("kubeadm-pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let copy = |from: &std::path::Path, to: &str| std::fs::copy(from, pki.join(to)).unwrap();
+    copy(&cp.pki.front_door.cert_file, "apiserver.crt");
+    copy(&cp.pki.front_door.key_file, "apiserver.key");
+    copy(&cp.pki.proxy_client.cert_file, "front-proxy-client.crt");
+    copy(&cp.pki.proxy_client.key_file, "front-proxy-client.key");
+    let bundle = format!("{}{}", std::fs::read_to_string(&cp.pki.clients.cert_file).unwrap(), std::fs::read_to_string(&cp.pki.serving.cert_file).unwrap());
+    std::fs::write(pki.join("ca.crt"), bundle).unwrap();
+
+    let docs = |path: &std::path::Path| -> Vec<Value> {
+        let text = std::fs::read_to_string(path).unwrap();
+        serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect()
+    };
+    let static_docs = docs(&static_pod);
+    let workload_docs = docs(&workload);
+    let config_map = workload_docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let apiservers: Vec<String> = config_map["data"]["apiservers"].as_str().unwrap().lines().map(str::to_string).collect();
+    let init_script = |pod_spec: &Value| pod_spec["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "envoy-config").unwrap()["args"][0].as_str().unwrap().to_string();
+    let deployment = workload_docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    for (form, script) in [("kubeadm", init_script(&static_docs[0]["spec"])), ("workload", init_script(&deployment["spec"]["template"]["spec"]))] {
+        let args = manifest_envoy_config_args(&script, &apiservers, &pki);
+        assert!(args.iter().filter(|a| a.starts_with("--apiserver=")).count() == 3, "{form}: {args:?}");
+        let yaml = mvp_ext_proc::cli::envoy_config_yaml(&args).unwrap_or_else(|e| panic!("{form}: {e:#}"));
+        let path = cp.dir.path().join(format!("envoy-{form}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        let out = Command::new(envoy_bin().unwrap()).args(["--mode", "validate", "--disable-hot-restart", "-c"]).arg(&path).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("OK"), "{form}: {text}");
+    }
+}
