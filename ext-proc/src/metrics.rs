@@ -40,6 +40,7 @@ pub struct Metrics {
     resources: Family<ApiserverLabels, Gauge>,
     table_updates: Counter,
     table_resources: Gauge,
+    table_changed_at: Gauge,
     table_requests: Family<ResultLabels, Counter>,
     peer_aggregated_hits: Counter,
     peer_aggregated_misses: Counter,
@@ -57,6 +58,7 @@ impl Metrics {
             resources: Family::default(),
             table_updates: Counter::default(),
             table_resources: Gauge::default(),
+            table_changed_at: Gauge::default(),
             table_requests: Family::default(),
             peer_aggregated_hits: Counter::default(),
             peer_aggregated_misses: Counter::default(),
@@ -72,6 +74,11 @@ impl Metrics {
         registry.register("mvp_apiserver_resources", "Group/version/resources the apiserver served at its last good read", m.resources.clone());
         registry.register("mvp_routing_table_updates", "Times the routing table changed", m.table_updates.clone());
         registry.register("mvp_routing_table_resources", "Group/version/resources in the current routing table", m.table_resources.clone());
+        registry.register(
+            "mvp_routing_table_last_change_timestamp_seconds",
+            "When the routing table last changed (Unix time)",
+            m.table_changed_at.clone(),
+        );
         registry.register(
             "mvp_routing_table_requests",
             "GetTable calls from Envoy, by result (current, sent, unavailable)",
@@ -119,6 +126,8 @@ impl Metrics {
     pub fn table_changed(&self, t: &pb::RoutingTable) {
         self.table_updates.inc();
         self.table_resources.set(crate::routing_table::resource_count(t) as i64);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        self.table_changed_at.set(i64::try_from(now).unwrap_or(i64::MAX));
     }
 
     pub fn table_request(&self, result: &str) {
