@@ -25,6 +25,10 @@ pub struct RouterConfig {
     /// (set when the front door has a `--client-ca-file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<IdentityConfig>,
+    /// Set the `ROUTE_KEY_PROPERTY` request property on every request the
+    /// front door routes by (for the access log; off when it is).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub export_route_key: bool,
 }
 
 /// Where a verified client certificate's identity goes: kube's
@@ -52,7 +56,7 @@ pub struct RefresherConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { route_header: default_route_header(), identity: None }
+        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false }
     }
 }
 
@@ -139,7 +143,7 @@ mod tests {
     fn parses_both_roles_and_rejects_bad_config() {
         assert_eq!(
             PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
-            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None })
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false })
         );
         let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
         assert_eq!(
@@ -176,6 +180,7 @@ mod tests {
                 identity: Some(IdentityConfig { username_header: "x-remote-user".into(), group_header: "x-remote-group".into() }),
                 ..RouterConfig::default()
             }),
+            PluginConfig::Router(RouterConfig { export_route_key: true, ..RouterConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { poll_interval_ms: 100, ..RefresherConfig::default() }),
         ] {
             assert_eq!(PluginConfig::parse(c.to_json().as_bytes()).unwrap(), c);

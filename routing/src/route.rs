@@ -13,15 +13,15 @@ use crate::urlpath::DecodedPath;
 /// Neither the method nor the query changes the group/version/resource/
 /// subresource RequestInfo derives, so routing reads only the path.
 pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
-    pin(table, &DecodedPath::parse(raw_path), n).map(|(hosts, _)| hosts)
+    lookup(table, &DecodedPath::parse(raw_path), n).1
 }
 
-/// [`decide`], also handing back what the request was routed by (for the
-/// access log: only a pinned request pays for naming it).
-pub fn pin<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>, n: u32) -> Option<(&'t str, RouteKey<'p>)> {
+/// [`decide`], also handing back what the request is routed by (for the
+/// access log).
+pub fn lookup<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>, n: u32) -> (RouteKey<'p>, Option<&'t str>) {
     let key = route_key(path);
-    let set = table.servers(&key)?;
-    table.pinned(set).map(|u| (u.header_value(n), key))
+    let hosts = table.servers(&key).and_then(|set| table.pinned(set)).map(|u| u.header_value(n));
+    (key, hosts)
 }
 
 #[cfg(test)]

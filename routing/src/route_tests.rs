@@ -38,9 +38,22 @@ fn decisions() {
 #[test]
 fn a_pinned_request_names_its_key() {
     let t = RouteTable::from_proto(&sample()).unwrap();
-    let label = |p: &str| pin(&t, &DecodedPath::parse(p.as_bytes()), 0).map(|(h, k)| (h.to_string(), k.label()));
+    let label = |p: &str| {
+        let path = DecodedPath::parse(p.as_bytes());
+        let (k, h) = lookup(&t, &path, 0);
+        h.map(|h| (h.to_string(), k.label()))
+    };
     assert_eq!(label("/apis/apps/v1/namespaces/ns/deployments/d/scale"), Some(("127.0.0.1:1001".into(), "apps/v1/deployments/scale".into())));
     assert_eq!(label("/apis/resource.k8s.io/v1"), Some(("127.0.0.1:1002".into(), "apis/resource.k8s.io/v1".into())));
     assert_eq!(label("/openapi/v3"), Some(("127.0.0.1:1001,127.0.0.1:1002".into(), "openapi/v3".into())));
     assert_eq!(label("/api/v1/pods"), None);
+}
+
+#[test]
+fn every_request_names_what_it_is_routed_by() {
+    let t = RouteTable::from_proto(&sample()).unwrap();
+    let key = |p: &str| lookup(&t, &DecodedPath::parse(p.as_bytes()), 0).0.label();
+    assert_eq!(key("/api/v1/namespaces/ns/pods/p"), "v1/pods");
+    assert_eq!(key("/apis/unknown.example/v1/things"), "unknown.example/v1/things");
+    assert_eq!(key("/healthz"), "");
 }

@@ -13,6 +13,7 @@ use mvp_contract::plugin::{IdentityConfig, RouterConfig};
 use crate::host::{Counter, Gauge, Host, LogLevel};
 use crate::identity;
 use crate::route;
+use crate::requestinfo::RouteKey;
 use crate::urlpath::DecodedPath;
 use crate::shared_table::{Load, WorkerTable};
 
@@ -53,7 +54,14 @@ impl Router {
         let table = self.table.current();
         let n = self.counter.get();
         let decoded = DecodedPath::parse(&path);
-        let Some((hosts, key)) = route::pin(&table, &decoded, n) else {
+        let (key, hosts) = route::lookup(&table, &decoded, n);
+        // What it is routed by, for the access log (when it is on).
+        if self.config.export_route_key && key != RouteKey::None
+            && let Err(e) = host.set_property(ROUTE_KEY_PROPERTY, key.label().as_bytes())
+        {
+            host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
+        }
+        let Some(hosts) = hosts else {
             return;
         };
         self.counter.set(n.wrapping_add(1));
@@ -64,11 +72,7 @@ impl Router {
             Ok(()) => self.unflushed.set(self.unflushed.get() + 1),
             Err(e) => host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}")),
         }
-        // What it was routed by, for the access log (pinned requests only:
-        // the others cost nothing extra).
-        if let Err(e) = host.set_property(ROUTE_KEY_PROPERTY, key.label().as_bytes()) {
-            host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
-        }
+
     }
 
     /// Adds the requests rerouted since the last flush to the metric.

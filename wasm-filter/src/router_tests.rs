@@ -18,19 +18,19 @@ fn published() -> FakeHost {
 #[test]
 fn pins_requests_only_some_apiservers_serve() {
     let refresher = published();
-    let router = Router::new(RouterConfig::default(), &refresher.sibling());
+    let router = Router::new(RouterConfig { export_route_key: true, ..RouterConfig::default() }, &refresher.sibling());
     for (path, want, key) in [
         ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c", vec!["127.0.0.1:1002"], Some("resource.k8s.io/v1/resourceclaims")),
         // a and b serve it (c does not): the second pinned request starts
         // the rotation at b
         ("/apis/apps/v1/namespaces/ns/deployments", vec!["127.0.0.1:1002,127.0.0.1:1001"], Some("apps/v1/deployments")),
-        ("/apis/unknown.example/v1/things", vec![], None),
+        ("/apis/unknown.example/v1/things", vec![], Some("unknown.example/v1/things")),
         ("/healthz", vec![], None),
     ] {
         let request = refresher.sibling().with_path(path);
         router.on_request_headers(&request);
         assert_eq!(request.header_values("x-mvp-route"), want, "{path}");
-        // Only a pinned request names its key (for the access log).
+        // Every routed request names its key (for the access log).
         let property = request.properties.borrow().get("mvp_route_key").cloned();
         assert_eq!(property.as_deref(), key.map(str::as_bytes), "{path}");
     }

@@ -39,6 +39,8 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             username_header: o.requestheader.username_header().to_string(),
             group_header: o.requestheader.group_header().to_string(),
         }),
+        // What each request was routed by, for the access log's `routedBy`.
+        export_route_key: o.access_log,
         ..RouterConfig::default()
     });
     vec![

@@ -76,10 +76,11 @@ fn local_replies() -> Vec<Value> {
 }
 
 /// One JSON line per request on stdout: what an operator asks of a request
-/// during an upgrade — where it went, why, and for whom. `route` is the
-/// override-host list and `routedBy` what the filter routed by, both only
-/// for requests it pinned (others: null, load-balanced over every
-/// apiserver); `user` only when the front door verified a client
+/// during an upgrade — where it went, why, and for whom. `routedBy` is what
+/// the filter classified (group/version/resource[/subresource], a discovery
+/// or OpenAPI document; null for paths it does not route), `route` the
+/// override-host list for requests it pinned (null: load-balanced over
+/// every apiserver); `user` only when the front door verified a client
 /// certificate.
 fn access_log(o: &EnvoyConfigOptions) -> Value {
     let user = format!("%REQ({})%", o.requestheader.username_header());
