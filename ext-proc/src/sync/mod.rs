@@ -206,17 +206,17 @@ impl Syncer {
     /// merged documents only on views and OpenAPI documents — pointer
     /// equality says unchanged, so an unchanged batch costs no rebuild.
     async fn publish(&mut self) {
-        self.publish_table_if_changed();
+        self.publish_table_if_changed().await;
         self.rebuild_discovery().await;
         self.rebuild_openapi().await;
-        self.persist();
+        self.persist().await;
         self.states_tx.send_replace(Arc::new(self.states.clone()));
     }
 
-    fn publish_table_if_changed(&mut self) {
+    async fn publish_table_if_changed(&mut self) {
         let inputs: Vec<TableInput> = self.states.iter().map(TableInput::of).collect();
         if inputs != self.table_from || self.table_tx.borrow().version == 0 {
-            self.publish_table();
+            self.publish_table().await;
             self.table_from = inputs;
         }
     }
@@ -254,23 +254,35 @@ impl Syncer {
     }
 
     /// Writes the state file when some member's view changed.
-    fn persist(&mut self) {
-        let Some(p) = &self.persisted else { return };
+    /// Serialising megabytes of views and writing them happens on a
+    /// blocking thread.
+    async fn persist(&mut self) {
+        let Some(p) = self.persisted.clone() else { return };
         let views: Vec<Option<Arc<ServerView>>> = self.states.iter().map(|s| s.view.clone()).collect();
         let same = views.len() == self.persisted_from.len()
             && views.iter().zip(&self.persisted_from).all(|(a, b)| same(a, b));
         if same {
             return;
         }
-        let members = self.states.iter().filter_map(|s| Some((s.spec.name.as_str(), s.spec.url.as_str(), s.view.as_deref()?)));
-        match p.save(members) {
+        let members: Vec<(String, String, Arc<ServerView>)> =
+            self.states.iter().filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?))).collect();
+        let saved = tokio::task::spawn_blocking(move || p.save(members.iter().map(|(n, u, v)| (n.as_str(), u.as_str(), &**v))))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        match saved {
             Ok(()) => self.persisted_from = views,
             Err(e) => tracing::warn!(error = %e, "cannot write the state file; trying again on the next round"),
         }
     }
 
-    fn publish_table(&mut self) {
-        let new = routing_table::build(self.states.iter().map(ServerState::member));
+    /// Built on a blocking thread: a CRD-heavy table is large enough to
+    /// stall ext_proc answers on the runtime.
+    async fn publish_table(&mut self) {
+        let states = self.states.clone();
+        let Ok(new) = tokio::task::spawn_blocking(move || routing_table::build(states.iter().map(ServerState::member))).await else {
+            tracing::error!("routing table build did not complete; keeping the last table");
+            return;
+        };
         if new.version != self.table_tx.borrow().version {
             tracing::info!(
                 version = format!("{:016x}", new.version),

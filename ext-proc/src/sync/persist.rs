@@ -12,18 +12,32 @@ use serde::{Deserialize, Serialize};
 
 use crate::discover::ServerView;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StateFile {
     /// name → entry
     apiservers: BTreeMap<String, Entry>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Entry {
     url: String,
     view: ServerView,
 }
 
+/// The same file, written from borrowed views (no copy of megabytes of
+/// discovery).
+#[derive(Serialize)]
+struct StateFileRef<'a> {
+    apiservers: BTreeMap<&'a str, EntryRef<'a>>,
+}
+
+#[derive(Serialize)]
+struct EntryRef<'a> {
+    url: &'a str,
+    view: &'a ServerView,
+}
+
+#[derive(Clone)]
 pub struct Persisted {
     path: PathBuf,
 }
@@ -48,9 +62,7 @@ impl Persisted {
     }
 
     pub fn save<'a>(&self, members: impl IntoIterator<Item = (&'a str, &'a str, &'a ServerView)>) -> Result<(), String> {
-        let file = StateFile {
-            apiservers: members.into_iter().map(|(n, u, v)| (n.to_string(), Entry { url: u.to_string(), view: v.clone() })).collect(),
-        };
+        let file = StateFileRef { apiservers: members.into_iter().map(|(n, u, v)| (n, EntryRef { url: u, view: v })).collect() };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         let tmp = self.path.with_extension("tmp");
         std::fs::write(&tmp, bytes)

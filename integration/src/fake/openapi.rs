@@ -23,8 +23,12 @@ fn keys(docs: &Documents) -> Vec<String> {
     keys
 }
 
+fn serves(docs: &Documents, key: &str) -> bool {
+    matches!(key, "api/v1" | "version") || key.strip_prefix("apis/").is_some_and(|gv| docs.group_versions.contains_key(gv))
+}
+
 fn document(docs: &Documents, key: &str) -> Option<Vec<u8>> {
-    keys(docs).iter().any(|k| k == key).then(|| {
+    serves(docs, key).then(|| {
         let doc = json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": docs.release}, "paths": {format!("/{key}/"): {}}});
         serde_json::to_vec(&doc).unwrap_or_default()
     })
