@@ -18,3 +18,14 @@ pub const DEFAULT_TABLE_POLL_MS: u32 = 200;
 /// 3 MiB (`MaxRequestBodyBytes`) with 413, so every body it would accept can
 /// fail over; a larger one that cannot be resent gets the 503 Status.
 pub const RETRY_BODY_BUFFER_BYTES: u64 = 4 << 20;
+
+/// An ext_proc answer carrying a body at least this large first asks Envoy
+/// for more time ([`EXT_PROC_LARGE_BODY_TIMEOUT_MS`]): a CRD-heavy merged
+/// `/apis` or a merged `/openapi/v2` is megabytes, and under load its
+/// encoding and transfer can outlast the per-message timeout, which would
+/// serve the client one apiserver's unmerged document.
+pub const EXT_PROC_LARGE_BODY_BYTES: usize = 256 << 10;
+
+/// The message timeout for such an answer (Envoy's `max_message_timeout`
+/// caps it; the renderer sets both from here).
+pub const EXT_PROC_LARGE_BODY_TIMEOUT_MS: u64 = 2000;

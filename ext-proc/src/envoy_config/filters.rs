@@ -27,6 +27,10 @@ fn wasm_plugin(name: &str, configuration: &PluginConfig, wasm: &str, failure_pol
     })
 }
 
+fn large_body_timeout() -> Duration {
+    Duration::from_millis(mvp_contract::limits::EXT_PROC_LARGE_BODY_TIMEOUT_MS)
+}
+
 fn seconds(d: Duration) -> String {
     format!("{}s", d.as_millis().max(1) as f64 / 1000.0)
 }
@@ -59,11 +63,14 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             "name": "envoy.filters.http.ext_proc",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-                "grpc_service": {"envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER}, "timeout": seconds(o.ext_proc_message_timeout * 2)},
+                "grpc_service": {"envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER}, "timeout": seconds(o.ext_proc_message_timeout.max(large_body_timeout()) * 2)},
                 // mvp-ext-proc down or slow: the client gets the apiserver's
                 // own document, never an error.
                 "failure_mode_allow": true,
                 "message_timeout": seconds(o.ext_proc_message_timeout),
+                // mvp-ext-proc extends the timeout for a multi-MiB answer
+                // (`override_message_timeout`) up to this.
+                "max_message_timeout": seconds(large_body_timeout().max(o.ext_proc_message_timeout)),
                 "allow_mode_override": true,
                 // One round trip per /apis request: the response-headers
                 // message carries the request headers the rewrite needs (CEL;

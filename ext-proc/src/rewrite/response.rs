@@ -7,6 +7,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     common_response::ResponseStatus, processing_response,
 };
 
+use mvp_contract::limits::{EXT_PROC_LARGE_BODY_BYTES, EXT_PROC_LARGE_BODY_TIMEOUT_MS};
+
 use super::decide::{Outcome, Replacement};
 
 /// A header to set (overwriting).
@@ -20,6 +22,23 @@ fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
 
 fn reply(response: processing_response::Response) -> ProcessingResponse {
     ProcessingResponse { response: Some(response), ..Default::default() }
+}
+
+/// Every message answering a response-headers message: a large body is
+/// preceded by a timeout extension (`override_message_timeout`), so Envoy
+/// waits for a multi-MiB answer instead of falling back to the apiserver's
+/// unmerged document; a genuinely hung mvp-ext-proc still falls back, after
+/// the extended timeout.
+pub fn answer(outcome: &Outcome<'_>) -> Vec<ProcessingResponse> {
+    let large = matches!(outcome, Outcome::Replace(r) if r.body.len() >= EXT_PROC_LARGE_BODY_BYTES);
+    let extend = large.then(|| ProcessingResponse {
+        override_message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: (EXT_PROC_LARGE_BODY_TIMEOUT_MS / 1000) as i64,
+            nanos: ((EXT_PROC_LARGE_BODY_TIMEOUT_MS % 1000) * 1_000_000) as i32,
+        }),
+        ..Default::default()
+    });
+    extend.into_iter().chain([response_headers(outcome)]).collect()
 }
 
 /// The answer to a response-headers message.
@@ -99,5 +118,17 @@ mod tests {
         assert!(set.contains(&("content-length".into(), b"2".to_vec())));
         let Some(body_mutation::Mutation::Body(b)) = c.body_mutation.unwrap().mutation else { panic!() };
         assert_eq!(b, b"{}");
+    }
+
+    #[test]
+    fn a_large_body_first_asks_for_more_time() {
+        let small = Replacement { body: "{}".into(), content_type: None, etag: None, cache_control: None, gzipped: false, result: "merged" };
+        assert_eq!(answer(&Outcome::Replace(small)).len(), 1);
+        let large = Replacement { body: vec![b' '; EXT_PROC_LARGE_BODY_BYTES].into(), content_type: None, etag: None, cache_control: None, gzipped: false, result: "merged" };
+        let msgs = answer(&Outcome::Replace(large));
+        assert_eq!(msgs.len(), 2);
+        let t = msgs[0].override_message_timeout.unwrap();
+        assert_eq!((t.seconds, t.nanos), (2, 0));
+        assert!(msgs[0].response.is_none() && msgs[1].response.is_some());
     }
 }

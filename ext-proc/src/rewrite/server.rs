@@ -42,7 +42,7 @@ impl Rewriter {
             .max_decoding_message_size(16 << 20)
     }
 
-    fn on_response_headers(&self, h: &HttpHeaders, x: &Exchange) -> ProcessingResponse {
+    fn on_response_headers(&self, h: &HttpHeaders, x: &Exchange) -> Vec<ProcessingResponse> {
         if x.plan.is_none() {
             tracing::warn!("ext_proc response phase without request.headers attributes; passing the response through");
         }
@@ -70,7 +70,7 @@ impl Rewriter {
             self.metrics.peer_aggregated_cache_hit();
         }
         self.metrics.discovery_rewrite(x.target.label(), outcome.result());
-        response::response_headers(&outcome)
+        response::answer(&outcome)
     }
 }
 

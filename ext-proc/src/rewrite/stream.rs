@@ -1,5 +1,6 @@
 //! The ext_proc stream loop: each message Envoy sends on a stream is
-//! answered by a handler, in order, until Envoy closes the stream or the
+//! answered by a handler, in order (one or more messages: a timeout
+//! extension first, then the answer), until Envoy closes the stream or the
 //! handler answers with an error (Envoy then falls back as configured).
 
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
@@ -11,7 +12,7 @@ pub type Responses = ReceiverStream<Result<ProcessingResponse, Status>>;
 
 pub fn answer_each<F>(mut inbound: Streaming<ProcessingRequest>, handle: F) -> Responses
 where
-    F: Fn(ProcessingRequest) -> Result<ProcessingResponse, Status> + Send + 'static,
+    F: Fn(ProcessingRequest) -> Result<Vec<ProcessingResponse>, Status> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
@@ -24,10 +25,18 @@ where
                     break;
                 }
             };
-            let out = handle(msg);
-            let last = out.is_err();
-            if tx.send(out).await.is_err() || last {
-                break;
+            match handle(msg) {
+                Ok(answers) => {
+                    for a in answers {
+                        if tx.send(Ok(a)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
             }
         }
     });

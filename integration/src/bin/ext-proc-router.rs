@@ -102,7 +102,7 @@ impl ExternalProcessor for Router {
                 return Err(Status::failed_precondition("only request headers are routed"));
             };
             let path = h.headers.iter().flat_map(|m| &m.headers).find(|v| v.key == ":path").map(|v| v.raw_value.as_slice());
-            Ok(this.route(&String::from_utf8_lossy(path.unwrap_or_default())))
+            Ok(vec![this.route(&String::from_utf8_lossy(path.unwrap_or_default()))])
         })))
     }
 }
