@@ -109,17 +109,33 @@ impl RouteKey<'_> {
     /// A short name for logs: `apps/v1/deployments/scale`, `v1/pods`,
     /// `apis/batch/v1` (a discovery document), `openapi/v3/apis/apps/v1`.
     pub fn label(&self) -> String {
-        let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        let gv = |g: &[u8], v: &[u8]| if g.is_empty() { s(v) } else { format!("{}/{}", s(g), s(v)) };
+        let mut out = Vec::new();
+        self.write_label(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// [`RouteKey::label`] appended to `out` as the path's bytes: no
+    /// allocation once `out` has grown (the filter reuses one buffer).
+    pub fn write_label(&self, out: &mut Vec<u8>) {
+        let mut put = |parts: &[&[u8]]| {
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(p);
+            }
+        };
         match *self {
-            RouteKey::Resource { group, version, resource, subresource: b"" } => format!("{}/{}", gv(group, version), s(resource)),
-            RouteKey::Resource { group, version, resource, subresource } => format!("{}/{}/{}", gv(group, version), s(resource), s(subresource)),
-            RouteKey::Discovery { group: b"", version: Some(v) } => format!("api/{}", s(v)),
-            RouteKey::Discovery { group, version: Some(v) } => format!("apis/{}/{}", s(group), s(v)),
-            RouteKey::Discovery { group, version: None } => format!("apis/{}", s(group)),
-            RouteKey::OpenApiV3 { key: b"" } => "openapi/v3".into(),
-            RouteKey::OpenApiV3 { key } => format!("openapi/v3/{}", s(key)),
-            RouteKey::None => String::new(),
+            RouteKey::Resource { group: b"", version, resource, subresource: b"" } => put(&[version, resource]),
+            RouteKey::Resource { group: b"", version, resource, subresource } => put(&[version, resource, subresource]),
+            RouteKey::Resource { group, version, resource, subresource: b"" } => put(&[group, version, resource]),
+            RouteKey::Resource { group, version, resource, subresource } => put(&[group, version, resource, subresource]),
+            RouteKey::Discovery { group: b"", version: Some(v) } => put(&[b"api", v]),
+            RouteKey::Discovery { group, version: Some(v) } => put(&[b"apis", group, v]),
+            RouteKey::Discovery { group, version: None } => put(&[b"apis", group]),
+            RouteKey::OpenApiV3 { key: b"" } => put(&[b"openapi/v3"]),
+            RouteKey::OpenApiV3 { key } => put(&[b"openapi/v3", key]),
+            RouteKey::None => {}
         }
     }
 }

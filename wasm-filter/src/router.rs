@@ -5,7 +5,7 @@
 //!
 //! Host-independent: the adapter hands it a [`Host`].
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use mvp_contract::envoy::ROUTE_KEY_PROPERTY;
 use mvp_contract::plugin::{IdentityConfig, RouterConfig};
@@ -29,11 +29,13 @@ pub struct Router {
     /// Rerouted requests not yet added to the metric: flushed every
     /// [`FLUSH_MS`] instead of a host call per request.
     unflushed: Cell<i64>,
+    /// The route-key property's bytes, reused across requests.
+    key_buf: RefCell<Vec<u8>>,
 }
 
 impl Router {
     pub fn new<H: Host>(config: RouterConfig, host: &H) -> Router {
-        let router = Router { config, table: WorkerTable::default(), counter: Cell::new(0), unflushed: Cell::new(0) };
+        let router = Router { config, table: WorkerTable::default(), counter: Cell::new(0), unflushed: Cell::new(0), key_buf: RefCell::new(Vec::new()) };
         router.load_table(host);
         router
     }
@@ -56,10 +58,15 @@ impl Router {
         let decoded = DecodedPath::parse(&path);
         let (key, hosts) = route::lookup(&table, &decoded, n);
         // What it is routed by, for the access log (when it is on).
-        if self.config.export_route_key && key != RouteKey::None
-            && let Err(e) = host.set_property(ROUTE_KEY_PROPERTY, key.label().as_bytes())
+        if self.config.export_route_key
+            && key != RouteKey::None
+            && let Ok(mut buf) = self.key_buf.try_borrow_mut()
         {
-            host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
+            buf.clear();
+            key.write_label(&mut buf);
+            if let Err(e) = host.set_property(ROUTE_KEY_PROPERTY, &buf) {
+                host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
+            }
         }
         let Some(hosts) = hosts else {
             return;
