@@ -32,6 +32,7 @@ pub mod serve;
 pub mod status_page;
 pub mod sync;
 pub mod tls;
+pub mod unchanged;
 
 #[cfg(test)]
 mod testdata;

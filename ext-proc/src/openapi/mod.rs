@@ -45,13 +45,7 @@ pub struct ServerOpenApi {
 
 impl ServerOpenApi {
     pub fn same(&self, other: &ServerOpenApi) -> bool {
-        fn eq<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
-            match (a, b) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            }
-        }
+        use crate::unchanged::same as eq;
         let v3 = |s: &ServerOpenApi| s.v3_index.as_ref().map(|i| i.0.clone());
         eq(&self.v2_json, &other.v2_json) && eq(&self.v2_protobuf, &other.v2_protobuf) && eq(&v3(self), &v3(other))
     }

@@ -20,6 +20,7 @@ use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
 use crate::openapi::{MergedOpenApi, ServerOpenApi};
 use crate::routing_table;
+use crate::unchanged::{same, same_named};
 use state::ServerState;
 
 #[derive(Debug, Clone)]
@@ -226,8 +227,7 @@ impl Syncer {
     async fn rebuild_openapi(&mut self) {
         let inputs: Vec<(String, Arc<ServerOpenApi>)> =
             self.states.iter().filter(|s| s.address.is_some()).filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect();
-        let unchanged = inputs.len() == self.openapi_from.len()
-            && inputs.iter().zip(&self.openapi_from).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1));
+        let unchanged = same_named(&inputs, &self.openapi_from);
         if unchanged {
             return;
         }
@@ -308,8 +308,7 @@ impl Syncer {
             .filter(|s| s.address.is_some())
             .filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?)))
             .collect();
-        let unchanged = inputs.len() == self.merged_from.len()
-            && inputs.iter().zip(&self.merged_from).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1));
+        let unchanged = same_named(&inputs, &self.merged_from);
         if unchanged && self.merged_tx.borrow().is_some() {
             return;
         }
@@ -341,14 +340,6 @@ struct TableInput(Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, Opt
 impl TableInput {
     fn of(s: &ServerState) -> TableInput {
         TableInput(s.view.clone(), s.openapi.clone(), s.healthy, s.address)
-    }
-}
-
-fn same<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        (None, None) => true,
-        _ => false,
     }
 }
 
