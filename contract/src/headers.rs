@@ -6,6 +6,12 @@
 /// filter can set it.
 pub const ROUTE: &str = "x-mvp-route";
 
+/// The [`ROUTE`] value for a request only closed apiservers serve (draining,
+/// not yet re-read, departed): Envoy's route table answers it with the 503
+/// Status locally, so it reaches no apiserver and no other server's 404.
+/// Not `IP:port`, so it can never name a cluster member.
+pub const UNAVAILABLE: &str = "unavailable";
+
 /// kube-apiserver's loop guard: a request carrying it is never proxied to a
 /// peer again. Envoy's route table adds it to requests the filter pinned;
 /// clients cannot send it (stripped like [`ROUTE`]).

@@ -3,6 +3,12 @@
 /// Apiservers in one table: a set of them is a `u64` bitmask.
 pub const MAX_APISERVERS: usize = 64;
 
+/// Most apiservers one override-host list names: a pinned request fails
+/// over along at most this many capable members (Envoy's route table has one
+/// route per list length, so the set of routes does not depend on how many
+/// members the control plane has at any moment).
+pub const MAX_LISTED_APISERVERS: usize = 8;
+
 /// Largest encoded routing table a `GetTable` answer may carry (a
 /// 5,000-resource table is ~85 KiB).
 pub const MAX_TABLE_BYTES: usize = 16 << 20;

@@ -147,6 +147,12 @@ struct ServeArgs {
     /// mvp-ext-proc starts is unknown until it answers.
     #[arg(long, value_name = "FILE")]
     state_file: Option<std::path::PathBuf>,
+    /// How long the last known API set of an apiserver that left the
+    /// control plane is kept: meanwhile requests for APIs only it served get
+    /// the 503 Status (it may be restarting or being replaced), afterwards
+    /// the 404 they then are.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    departed_retention: Duration,
     /// No longer used: a member's last known API set is kept for as long as
     /// it is a member (accepted so existing command lines keep working).
     #[arg(long, hide = true, value_parser = humantime::parse_duration)]
@@ -170,8 +176,9 @@ struct ServeArgs {
 
 #[derive(Parser)]
 struct EnvoyConfigArgs {
-    /// An apiserver behind the front door, NAME=URL (repeat for each).
-    #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
+    /// Optional, for checking the TLS flags against the apiserver URLs: the
+    /// apiserver clusters and members come from mvp-ext-proc over ADS.
+    #[arg(long = "apiserver", value_name = "NAME=URL")]
     apiservers: Vec<ApiserverSpec>,
     /// Address clients connect to.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -282,6 +289,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         metrics_listen: a.metrics_listen,
         refresh_interval: a.refresh_interval,
         state_file: a.state_file,
+        departed_retention: a.departed_retention,
         discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),

@@ -22,6 +22,7 @@ pub mod cli;
 pub mod discover;
 pub mod envoy_config;
 pub mod explain;
+pub mod membership;
 pub mod merge;
 pub mod metrics;
 pub mod openapi;
@@ -33,6 +34,7 @@ pub mod status_page;
 pub mod sync;
 pub mod tls;
 pub mod unchanged;
+pub mod xds;
 
 #[cfg(test)]
 mod testdata;

@@ -28,6 +28,16 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    change: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RewriteLabels {
     document: String,
     result: String,
@@ -46,6 +56,12 @@ pub struct Metrics {
     peer_aggregated_misses: Counter,
     nopeer_requests: Counter,
     rewrites: Family<RewriteLabels, Counter>,
+    open: Family<ApiserverLabels, Gauge>,
+    members: Gauge,
+    member_changes: Family<ChangeLabels, Counter>,
+    xds_streams: Gauge,
+    xds_pushes: Family<TypeLabels, Counter>,
+    xds_nacks: Family<TypeLabels, Counter>,
 }
 
 impl Metrics {
@@ -64,10 +80,16 @@ impl Metrics {
             peer_aggregated_misses: Counter::default(),
             nopeer_requests: Counter::default(),
             rewrites: Family::default(),
+            open: Family::default(),
+            members: Gauge::default(),
+            member_changes: Family::default(),
+            xds_streams: Gauge::default(),
+            xds_pushes: Family::default(),
+            xds_nacks: Family::default(),
         };
         registry.register(
             "apiserver_peer_discovery_sync_errors",
-            "Failed discovery reads of an apiserver, by type (fetch_discovery, hostport_resolution)",
+            "Failed reads of an apiserver, by type (fetch_discovery, fetch_readyz: unreachable, fetch_openapi, hostport_resolution)",
             m.sync_errors.clone(),
         );
         registry.register("mvp_apiserver_healthy", "1 when the apiserver's last discovery read succeeded", m.healthy.clone());
@@ -104,6 +126,24 @@ impl Metrics {
             "mvp_discovery_rewrites",
             "Exchanges on the merged documents (document: apis, openapi_v2, openapi_v3) by outcome (merged, group_list, not_modified, identical, nopeer, passthrough, upstream_status, not_rewritable)",
             m.rewrites.clone(),
+        );
+        registry.register(
+            "mvp_apiserver_open",
+            "1 when the apiserver is sent new requests: ready, its discovery read since it became ready, and known to Envoy",
+            m.open.clone(),
+        );
+        registry.register("mvp_membership_apiservers", "Apiservers in the control plane (departed ones not counted)", m.members.clone());
+        registry.register(
+            "mvp_membership_changes",
+            "Membership changes by kind (joined, departed, restarted, forgotten)",
+            m.member_changes.clone(),
+        );
+        registry.register("mvp_xds_streams", "Connected Envoy ADS streams", m.xds_streams.clone());
+        registry.register("mvp_xds_pushes", "ADS responses sent, by resource type (cluster, endpoint)", m.xds_pushes.clone());
+        registry.register(
+            "mvp_xds_nacks",
+            "ADS responses Envoy rejected (it keeps its last accepted configuration), by resource type",
+            m.xds_nacks.clone(),
         );
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         Arc::new(m)
@@ -148,6 +188,38 @@ impl Metrics {
 
     pub fn discovery_rewrite(&self, document: &str, result: &str) {
         self.rewrites.get_or_create(&RewriteLabels { document: document.into(), result: result.into() }).inc();
+    }
+
+    pub fn apiserver_open(&self, apiserver: &str, open: bool) {
+        self.open.get_or_create(&ApiserverLabels { apiserver: apiserver.into() }).set(i64::from(open));
+    }
+
+    /// A member left for good: its per-apiserver series go with it.
+    pub fn apiserver_forgotten(&self, apiserver: &str) {
+        let l = ApiserverLabels { apiserver: apiserver.into() };
+        self.open.remove(&l);
+        self.healthy.remove(&l);
+        self.resources.remove(&l);
+    }
+
+    pub fn membership(&self, members: usize) {
+        self.members.set(members as i64);
+    }
+
+    pub fn membership_change(&self, change: &str) {
+        self.member_changes.get_or_create(&ChangeLabels { change: change.into() }).inc();
+    }
+
+    pub fn xds_streams(&self, delta: i64) {
+        self.xds_streams.inc_by(delta);
+    }
+
+    pub fn xds_push(&self, kind: &str) {
+        self.xds_pushes.get_or_create(&TypeLabels { r#type: kind.into() }).inc();
+    }
+
+    pub fn xds_nack(&self, kind: &str) {
+        self.xds_nacks.get_or_create(&TypeLabels { r#type: kind.into() }).inc();
     }
 
     pub fn encode(&self) -> String {

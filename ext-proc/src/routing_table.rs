@@ -40,6 +40,9 @@ pub struct Member<'a> {
     /// Resolved `IP:port`, matching the host Envoy's cluster holds.
     pub address: Option<SocketAddr>,
     pub healthy: bool,
+    /// Sent new requests (see `sync::state`); a closed member's API set
+    /// still counts.
+    pub open: bool,
     /// What it serves (its last good view), if anything is known.
     pub capabilities: Option<&'a Capabilities>,
     /// Its OpenAPI documents, if read.
@@ -86,6 +89,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                 name: s.name.to_string(),
                 address: s.address.map(|a| a.to_string()).unwrap_or_default(),
                 healthy: s.healthy,
+                closed: !s.open,
             })
             .collect(),
         groups: groups

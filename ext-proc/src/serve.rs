@@ -11,9 +11,10 @@ use anyhow::Context;
 use crate::apiservers::{self, ApiserverSpec};
 use crate::discover::{DiscoveryOptions, Transport};
 use crate::metrics::Metrics;
-use crate::sync::{SyncOptions, Syncer};
+use crate::sync::{SyncOptions, Syncer, XdsPublisher};
 use crate::tls::PeerTls;
-use crate::{admin, publish, rewrite};
+use crate::xds::{AdsServer, ClusterOptions, Snapshot};
+use crate::{admin, membership, publish, rewrite};
 
 pub struct ServeOptions {
     pub apiservers: Vec<ApiserverSpec>,
@@ -21,6 +22,7 @@ pub struct ServeOptions {
     pub metrics_listen: Option<SocketAddr>,
     pub refresh_interval: Duration,
     pub state_file: Option<PathBuf>,
+    pub departed_retention: Duration,
     pub discovery: DiscoveryOptions,
     pub discovery_token_file: Option<PathBuf>,
     pub peer_tls: Option<PeerTls>,
@@ -46,8 +48,23 @@ pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
 async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let transport = Transport::new(o.discovery_token_file.as_deref(), o.peer_tls.as_ref(), &o.username_header)?;
-    let options = SyncOptions { interval: o.refresh_interval, discovery: o.discovery, state_file: o.state_file };
-    let (syncer, published) = Syncer::new(&o.apiservers, transport, options, metrics.clone());
+    let options = SyncOptions {
+        interval: o.refresh_interval,
+        discovery: o.discovery,
+        state_file: o.state_file,
+        departed_retention: o.departed_retention,
+    };
+    let seed = membership::from_seed(&o.apiservers);
+    let (members_tx, members) = tokio::sync::watch::channel(seed.clone());
+    let (syncer, published) = Syncer::new(&seed, transport, options, metrics.clone());
+    let cluster_options = ClusterOptions {
+        tls_files_digest: o.peer_tls.as_ref().map(tls_files_digest).unwrap_or_default(),
+        peer_tls: o.peer_tls.clone(),
+        username_header: o.username_header.clone(),
+    };
+    let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::build(&cluster_options, &[]));
+    let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
+    let syncer = syncer.with_xds(XdsPublisher { options: cluster_options, snapshot: snapshot_tx, accepted, from: vec![] });
 
     let grpc = tokio::net::TcpListener::bind(o.grpc_listen)
         .await
@@ -67,21 +84,35 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     );
 
     let grpc_server = tonic::transport::Server::builder()
+        .add_service(ads.service())
         .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
         .add_service(rewrite::server::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
         .serve_with_incoming_shutdown(incoming(grpc), shutdown_signal());
-    let sync_task = tokio::spawn(syncer.run());
+    let sync_task = tokio::spawn(syncer.run(members));
     let admin_task = admin_listener.map(|l| {
         let router = admin::router(metrics.clone(), published.clone());
         tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(shutdown_signal()).await })
     });
     grpc_server.await.context("gRPC server failed")?;
+    drop(members_tx);
     sync_task.abort();
     if let Some(t) = admin_task {
         t.abort();
     }
     tracing::info!("mvp-ext-proc stopped");
     Ok(())
+}
+
+/// The TLS files' contents, digested into the clusters (see
+/// [`ClusterOptions::tls_files_digest`]).
+fn tls_files_digest(p: &PeerTls) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let files = std::iter::once(&p.ca_file).chain(p.client.iter().flat_map(|(c, k, _)| [c, k]));
+    for f in files {
+        h.update(std::fs::read(f).unwrap_or_default());
+    }
+    hex::encode(&h.finalize()[..8])
 }
 
 /// Accepted connections with TCP_NODELAY: every ext_proc and GetTable

@@ -11,12 +11,13 @@ use std::collections::HashMap;
 use mvp_protos::routing::v1 as pb;
 
 use crate::requestinfo::RouteKey;
+use mvp_contract::headers::UNAVAILABLE;
 use prost::Message;
 
 /// A set of apiservers: bit i is `RoutingTable.apiservers[i]`.
 pub type ServerSet = u64;
 
-pub use mvp_contract::limits::MAX_APISERVERS;
+pub use mvp_contract::limits::{MAX_APISERVERS, MAX_LISTED_APISERVERS};
 
 #[derive(Debug)]
 pub enum TableError {
@@ -63,7 +64,8 @@ pub struct Upstreams {
     /// Override-host header values, one per healthy apiserver in the set, each
     /// starting at a different one (load spreading) and listing the rest after
     /// it (Envoy's retries fail over along the list). Unhealthy members come
-    /// last in every value.
+    /// last in every value; closed ones never appear. With no open member,
+    /// the one value is [`UNAVAILABLE`].
     rotations: Box<[Box<str>]>,
 }
 
@@ -82,6 +84,8 @@ impl Upstreams {
 pub struct RouteTable {
     version: u64,
     all: ServerSet,
+    /// Every member is open: a request every member serves needs no pin.
+    all_open: bool,
     groups: HashMap<Box<[u8]>, Group>,
     /// `/openapi/v3/{key}` → the servers whose index lists it.
     openapi_v3: HashMap<Box<[u8]>, ServerSet>,
@@ -121,6 +125,7 @@ impl RouteTable {
         let mut table = RouteTable {
             version: t.version,
             all,
+            all_open: t.apiservers.iter().all(|a| !a.closed),
             ..RouteTable::default()
         };
         for g in &t.groups {
@@ -156,7 +161,7 @@ impl RouteTable {
         sets.sort_unstable();
         sets.dedup();
         for set in sets {
-            if set != 0 && set != all {
+            if set != 0 && (set != all || !table.all_open) {
                 table.upstreams.insert(set, upstreams_for(set, &t.apiservers));
             }
         }
@@ -193,10 +198,11 @@ impl RouteTable {
     }
 
     /// The upstreams a request for `set` is pinned to, or `None` to leave it
-    /// to Envoy's normal load balancing: every apiserver serves it, or none
-    /// does and the apiserver's own 404 is the right answer.
+    /// to Envoy's normal load balancing: every apiserver serves it and every
+    /// one is open, or none serves it and the apiserver's own 404 is the
+    /// right answer.
     pub fn pinned(&self, set: ServerSet) -> Option<&Upstreams> {
-        if set == 0 || set == self.all {
+        if set == 0 || (set == self.all && self.all_open) {
             return None;
         }
         self.upstreams.get(&set)
@@ -222,10 +228,14 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
     let members = servers
         .iter()
         .enumerate()
-        .filter(|(i, _)| set & (1u64 << i) != 0)
+        .filter(|(i, a)| set & (1u64 << i) != 0 && !a.closed)
         .map(|(_, a)| a);
     let (healthy, unhealthy): (Vec<&pb::Apiserver>, Vec<&pb::Apiserver>) =
         members.partition(|a| a.healthy);
+    if healthy.is_empty() && unhealthy.is_empty() {
+        // Only closed members serve it: answered 503 by Envoy itself.
+        return Upstreams { rotations: Box::new([UNAVAILABLE.into()]) };
+    }
     // With no healthy member, the first unhealthy one still gets the request:
     // the client then sees a 503 Status rather than another server's 404.
     let leaders: &[&pb::Apiserver] = if healthy.is_empty() { &unhealthy } else { &healthy };
@@ -238,6 +248,7 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
                 .take(leaders.len())
                 .chain(if healthy.is_empty() { [].iter() } else { unhealthy.iter() });
             ordered
+                .take(MAX_LISTED_APISERVERS)
                 .map(|a| a.address.as_str())
                 .collect::<Vec<_>>()
                 .join(",")

@@ -81,3 +81,22 @@ fn bits_beyond_the_server_list_are_ignored() {
     let t = RouteTable::from_proto(&p).unwrap();
     assert_eq!(values(t.resource_upstreams(b"resource.k8s.io", b"v1", b"resourceclaims", b"")), ["127.0.0.1:1002"]);
 }
+
+#[test]
+fn closed_members_get_no_request_and_alone_give_the_unavailable_answer() {
+    // c (alone serving batch/v1 jobs) is draining; a is not re-read yet.
+    let mut p = sample();
+    p.apiservers[2].closed = true;
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(values(t.resource_upstreams(b"batch", b"v1", b"jobs", b"")), [mvp_contract::headers::UNAVAILABLE]);
+    p.apiservers[0].closed = true;
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(values(t.resource_upstreams(b"apps", b"v1", b"deployments", b"")), ["127.0.0.1:1002"]);
+    assert_eq!(values(t.resource_upstreams(b"apps", b"v1", b"deployments", b"scale")), [mvp_contract::headers::UNAVAILABLE]);
+    // Served by every member, but not every member is open: pinned to the
+    // open ones, never left to Envoy's round robin (which would reach a
+    // member whose current API set is unknown).
+    assert_eq!(values(t.resource_upstreams(b"", b"v1", b"pods", b"")), ["127.0.0.1:1002"]);
+    // Nobody serves it: still the apiserver's own 404 through round robin.
+    assert_eq!(values(t.resource_upstreams(b"nope", b"v1", b"x", b"")), Vec::<String>::new());
+}

@@ -10,6 +10,7 @@ pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
         name: name.into(),
         address: addr.into(),
         healthy,
+        closed: false,
     }
 }
 

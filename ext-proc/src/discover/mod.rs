@@ -197,6 +197,21 @@ impl Discoverer {
         Ok(view)
     }
 
+    /// Whether the apiserver wants new requests: `/readyz` answers 200.
+    /// kube fails it from SIGTERM on, through `--shutdown-delay-duration`
+    /// (while it still serves), until its listener closes. An answer that
+    /// says nothing about readiness (401/403: these credentials may not ask;
+    /// 404: no such endpoint) counts as ready, so a server is never closed
+    /// for how it is asked.
+    pub async fn read_ready(&mut self, address: Option<SocketAddr>) -> Result<(), DiscoveryError> {
+        let client = self.client(address)?;
+        match self.get(&client, "/readyz", "text/plain", None).await {
+            Ok(_) => Ok(()),
+            Err(DiscoveryError::Fetch { source: FetchError::Status(401 | 403), .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The apiserver's release (`/version`'s `gitVersion`), for operators.
     pub async fn read_version(&mut self, address: Option<SocketAddr>) -> Result<String, DiscoveryError> {
         #[derive(serde::Deserialize)]

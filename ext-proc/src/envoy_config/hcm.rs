@@ -133,10 +133,12 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         }],
         "route_config": {
             "name": "apiservers",
+            // The apiserver clusters arrive over ADS after the listener is built.
+            "validate_clusters": false,
             "virtual_hosts": [{
                 "name": "apiservers",
                 "domains": ["*"],
-                "routes": routes::routes(o.apiservers.len(), forwards_identity.then(|| o.requestheader.username_header())),
+                "routes": routes::routes(forwards_identity.then(|| o.requestheader.username_header())),
                 // Enough of a body to resend anything kube would accept to
                 // another apiserver when the first cannot be reached.
                 "request_body_buffer_limit": RETRY_BODY_BUFFER_BYTES,

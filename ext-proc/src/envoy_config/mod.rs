@@ -5,14 +5,16 @@
 //! from clients), [`hcm`] (header stripping, local replies), [`filters`]
 //! (the wasm router, ext_proc for `/apis`; the wasm refresher beside them),
 //! [`routes`] (retries and the peer-proxied header for pinned requests),
-//! [`clusters`] (the apiservers, mvp-ext-proc).
+//! [`clusters`] (mvp-ext-proc). The apiserver clusters and their members
+//! come from mvp-ext-proc over ADS ([`crate::xds`]), so membership changes
+//! without restarting Envoy.
 //!
 //! The safety of routing rests on three pieces:
 //! - HCM early header mutation strips the route header, the peer-proxied
 //!   loop guard and every requestheader identity header from client
 //!   requests before any filter runs ([`hcm`]).
 //! - The apiservers cluster's override-host policy only ever selects one of
-//!   its own members ([`clusters`]).
+//!   its own members ([`crate::xds::clusters`]).
 //! - Retries on connect failure walk the override-host list, which is how a
 //!   request fails over to another apiserver that serves the same API, and
 //!   never past it ([`routes`]).
@@ -27,6 +29,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER};
 
 use crate::apiservers::ApiserverSpec;
 use crate::tls::{FrontTls, PeerTls, RequestHeaderNames};
@@ -88,8 +92,10 @@ fn is_ip(host: &str) -> bool {
 }
 
 pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
-    crate::apiservers::validate_set(&o.apiservers).map_err(ConfigError::Apiservers)?;
-    crate::apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(ConfigError::Apiservers)?;
+    if !o.apiservers.is_empty() {
+        crate::apiservers::validate_set(&o.apiservers).map_err(ConfigError::Apiservers)?;
+        crate::apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(ConfigError::Apiservers)?;
+    }
     let forwards_identity = o.front_tls.as_ref().is_some_and(|f| f.client_ca_file.is_some());
     if forwards_identity && o.peer_tls.as_ref().is_none_or(|p| p.client.is_none()) {
         return Err(ConfigError::IdentityNeedsProxyCert);
@@ -101,7 +107,21 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
             "listeners": [listener::listener(o, forwards_identity)],
-            "clusters": clusters::apiservers(o, forwards_identity).into_iter().chain([clusters::ext_proc(&ext_host, ext_port)]).collect::<Vec<_>>(),
+            "clusters": [clusters::ext_proc(&ext_host, ext_port)],
+        },
+        // The apiserver clusters (CDS) and their members (EDS) from
+        // mvp-ext-proc, state of the world on one ADS stream. Until the first
+        // answer Envoy waits (initial_fetch_timeout) before it listens; after
+        // that it keeps the last accepted configuration while mvp-ext-proc
+        // is away.
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER, "authority": EXT_PROC_AUTHORITY}}],
+                "set_node_on_first_message_only": true,
+            },
+            "cds_config": {"ads": {}, "resource_api_version": "V3", "initial_fetch_timeout": "30s"},
         },
         // A bound on client connections (each watch holds one): Envoy warns
         // at start without one.
@@ -158,18 +178,17 @@ mod tests {
     }
 
     #[test]
-    fn renders_static_and_dns_clusters() {
+    fn apiserver_clusters_come_over_ads() {
         let v = render(&opts(&["a=http://127.0.0.1:1", "b=http://127.0.0.1:2"])).unwrap();
-        let c = &v["static_resources"]["clusters"][0];
-        assert_eq!(c["type"], "STATIC");
-        assert_eq!(c["load_assignment"]["endpoints"][0]["lb_endpoints"].as_array().unwrap().len(), 2);
-        let v = render(&opts(&["a=http://apiserver-a:6443", "b=http://127.0.0.1:2"])).unwrap();
-        assert_eq!(v["static_resources"]["clusters"][0]["type"], "STRICT_DNS");
+        let clusters = v["static_resources"]["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 1);
+        assert_eq!(clusters[0]["name"], EXT_PROC_CLUSTER);
+        assert_eq!(v["dynamic_resources"]["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"], EXT_PROC_CLUSTER);
+        assert!(render(&opts(&[])).is_ok(), "the membership may come from the cluster alone");
     }
 
     #[test]
     fn rejects_what_it_cannot_render() {
-        assert!(render(&opts(&[])).is_err());
         assert!(render(&opts(&["a=https://127.0.0.1:1"])).is_err());
         assert!(render(&opts(&["a=https://127.0.0.1:1", "b=http://127.0.0.1:2"])).is_err());
         let mut o = opts(&["a=http://127.0.0.1:1"]);

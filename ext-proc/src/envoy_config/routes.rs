@@ -3,7 +3,8 @@
 //! apiservers the filter pinned a request to, and the default route.
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
-use mvp_contract::headers::{PEER_PROXIED, ROUTE};
+use mvp_contract::headers::{PEER_PROXIED, ROUTE, UNAVAILABLE};
+use mvp_contract::limits::MAX_LISTED_APISERVERS;
 use serde_json::{Value, json};
 
 /// To the apiservers cluster, retrying at most `retries` times, only on
@@ -44,23 +45,44 @@ fn hosts_regex(k: usize) -> String {
     if k == 1 { "^[^,]+$".to_string() } else { format!("^[^,]+(,[^,]+){{{}}}$", k - 1) }
 }
 
+/// Retries of a request every apiserver may answer (served by all, or by
+/// none): any other member will do.
+const UNPINNED_RETRIES: usize = 3;
+
 /// Every route, twice when the front door forwards identities: first for
 /// requests carrying the requestheader user header (only the filter can set
 /// it: clients' copies are stripped before any filter) to the cluster that
 /// presents the proxy client certificate, then for every other request to
 /// the cluster that presents none — so tokens and anonymous requests
 /// authenticate exactly as they would directly.
-pub fn routes(apiservers: usize, identity_header: Option<&str>) -> Vec<Value> {
-    let mut out = Vec::new();
+///
+/// The routes do not depend on the membership: a request the filter pinned
+/// lists 1..=[`MAX_LISTED_APISERVERS`] members, and one that only closed
+/// members serve is answered here.
+pub fn routes(identity_header: Option<&str>) -> Vec<Value> {
+    let mut out = vec![unavailable()];
     if let Some(header) = identity_header {
-        out.extend(route_set(apiservers, APISERVERS_REQUESTHEADER_CLUSTER, Some(header)));
+        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header)));
     }
-    out.extend(route_set(apiservers, APISERVERS_CLUSTER, None));
+    out.extend(route_set(APISERVERS_CLUSTER, None));
     out
 }
 
-fn route_set(apiservers: usize, cluster: &str, identity_header: Option<&str>) -> Vec<Value> {
-    let all = apiservers.saturating_sub(1).max(1);
+/// The filter's answer for an API that only closed members serve (draining,
+/// not yet re-read, departed): the 503 Status from Envoy itself (the local
+/// reply mapper writes the body), with `Retry-After` so client-go retries it
+/// on its own.
+fn unavailable() -> Value {
+    json!({
+        "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"exact": UNAVAILABLE}}]},
+        "direct_response": {"status": 503},
+        "response_headers_to_add": [{"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+        "typed_per_filter_config": without_ext_proc(),
+    })
+}
+
+fn route_set(cluster: &str, identity_header: Option<&str>) -> Vec<Value> {
+    let all = UNPINNED_RETRIES;
     // Header matchers, absent (null, dropped when rendered) when there are none.
     let with_identity = |mut headers: Vec<Value>| {
         if let Some(h) = identity_header {
@@ -80,7 +102,7 @@ fn route_set(apiservers: usize, cluster: &str, identity_header: Option<&str>) ->
     // of listed apiservers k, retrying at most k-1 times so a failover never
     // leaves the capable set, and marking the request peer-proxied so an
     // apiserver with its own peer proxy does not proxy it again.
-    routes.extend((1..apiservers).map(|k| {
+    routes.extend((1..=MAX_LISTED_APISERVERS).map(|k| {
         let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
         json!({
             "match": {"prefix": "/", "headers": with_identity(vec![hosts])},
@@ -102,17 +124,19 @@ mod tests {
 
     #[test]
     fn pinned_requests_retry_only_within_their_list() {
-        let r = routes(3, None);
+        let r = routes(None);
         let m = MERGED_PATHS.len();
-        assert_eq!(r.len(), m + 3);
-        let with_identity = routes(3, Some("x-remote-user"));
-        assert_eq!(with_identity.len(), 2 * (m + 3));
-        assert_eq!(with_identity[0]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
-        assert_eq!(with_identity[0]["match"]["headers"][0]["name"], "x-remote-user");
-        assert_eq!(with_identity[2 * (m + 3) - 1]["route"]["cluster"], APISERVERS_CLUSTER);
-        assert_eq!(r[m]["route"]["retry_policy"]["num_retries"], 0);
-        assert_eq!(r[m + 1]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[m + 1]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        let set = m + MAX_LISTED_APISERVERS + 1;
+        assert_eq!(r.len(), 1 + set);
+        assert_eq!(r[0]["direct_response"]["status"], 503, "the unavailable answer comes first");
+        let with_identity = routes(Some("x-remote-user"));
+        assert_eq!(with_identity.len(), 1 + 2 * set);
+        assert_eq!(with_identity[1]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
+        assert_eq!(with_identity[1]["match"]["headers"][0]["name"], "x-remote-user");
+        assert_eq!(with_identity[2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
+        assert_eq!(r[1 + m]["route"]["retry_policy"]["num_retries"], 0);
+        assert_eq!(r[1 + m + 1]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[1 + m + 1]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));

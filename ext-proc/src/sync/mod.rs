@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mvp_protos::routing::v1 as pb;
-use tokio::sync::watch;
+use std::collections::HashMap;
+
+use tokio::sync::{Notify, mpsc, watch};
 
 pub mod persist;
 pub mod poll;
@@ -16,6 +18,9 @@ pub mod state;
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::{Discoverer, DiscoveryOptions, ServerView, Transport};
+use crate::membership::{Desired, MemberSet};
+use crate::xds::{Accepted, ClusterOptions, EndpointMember, Snapshot};
+use poll::MemberId;
 use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
 use crate::openapi::{MergedOpenApi, ServerOpenApi};
@@ -29,6 +34,9 @@ pub struct SyncOptions {
     pub discovery: DiscoveryOptions,
     /// Where every member's last known API set survives restarts.
     pub state_file: Option<std::path::PathBuf>,
+    /// How long a departed member's last known API set is kept (its
+    /// exclusive APIs answer 503 meanwhile, then 404).
+    pub departed_retention: Duration,
 }
 
 /// What the rest of the process sees of the sync loop.
@@ -46,9 +54,21 @@ pub struct Published {
 }
 
 pub struct Syncer {
-    states: Vec<ServerState>,
-    discoverers: Vec<Discoverer>,
+    /// Every member, departed ones until forgotten, sorted by name (the
+    /// table's bit order).
+    slots: Vec<Slot>,
+    transport: Transport,
+    known: crate::discover::KnownGroupVersions,
     options: SyncOptions,
+    reports_tx: mpsc::Sender<poll::Report>,
+    reports_rx: Option<mpsc::Receiver<poll::Report>>,
+    next_id: MemberId,
+    /// Views from the state file for members that have not joined yet.
+    restorable: HashMap<(String, String), ServerView>,
+    /// Set once the first table is out: members joining after it are gated
+    /// on Envoy knowing their address.
+    started: bool,
+    xds: Option<XdsPublisher>,
     table_tx: watch::Sender<Arc<pb::RoutingTable>>,
     table_changed_tx: watch::Sender<std::time::SystemTime>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
@@ -66,38 +86,62 @@ pub struct Syncer {
     metrics: Arc<Metrics>,
 }
 
+/// One member and its discovery loop.
+struct Slot {
+    id: MemberId,
+    state: ServerState,
+    wake: Arc<Notify>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Where the sync loop sends Envoy's endpoints (ADS).
+pub struct XdsPublisher {
+    pub options: ClusterOptions,
+    pub snapshot: watch::Sender<Arc<Snapshot>>,
+    pub accepted: watch::Receiver<Accepted>,
+    /// The members the current snapshot was built from.
+    pub from: Vec<EndpointMember>,
+}
+
 impl Syncer {
-    pub fn new(specs: &[ApiserverSpec], transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
-        let mut states: Vec<ServerState> = specs.iter().cloned().map(ServerState::new).collect();
+    /// `initial` is the membership at start (the static seed, if any);
+    /// members in the state file that are not in it start departed, so
+    /// their last known API sets still answer 503 until they rejoin or are
+    /// forgotten.
+    pub fn new(initial: &MemberSet, transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
         let persisted = options.state_file.as_deref().map(persist::Persisted::new);
+        let mut restorable = HashMap::new();
         if let Some(p) = &persisted {
             match p.load() {
-                Ok(mut stored) => {
-                    for s in &mut states {
-                        if let Some(view) = stored.remove(&(s.spec.name.clone(), s.spec.url.to_string())) {
-                            tracing::info!(apiserver = %s.spec.name, resources = view.capabilities.resource_count(), "last known API set restored from the state file");
-                            s.restored(view);
-                        }
-                    }
-                }
+                Ok(stored) => restorable = stored.into_iter().collect(),
                 Err(e) => tracing::warn!(error = %e, "starting without the state file; it is rewritten on the next change"),
             }
         }
-        let persisted_from = states.iter().map(|s| s.view.clone()).collect();
-        let known = crate::discover::KnownGroupVersions::default();
-        let discoverers = specs
-            .iter()
-            .map(|s| Discoverer::new(s, transport.clone(), options.discovery.clone(), known.clone()))
-            .collect();
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (table_changed_tx, table_changed) = watch::channel(std::time::SystemTime::now());
-        let (states_tx, states_rx) = watch::channel(Arc::new(states.clone()));
+        let (states_tx, states_rx) = watch::channel(Arc::new(Vec::new()));
         let (merged_tx, merged) = watch::channel(None);
         let (openapi_tx, openapi) = watch::channel(Arc::new(MergedOpenApi::default()));
-        let syncer = Syncer {
-            states,
-            discoverers,
+        let (reports_tx, reports_rx) = mpsc::channel(64);
+        let mut syncer = Syncer {
+            slots: Vec::new(),
+            transport,
+            known: crate::discover::KnownGroupVersions::default(),
             options,
+            reports_tx,
+            reports_rx: Some(reports_rx),
+            next_id: 1,
+            restorable,
+            started: false,
+            xds: None,
             table_tx,
             table_changed_tx,
             states_tx,
@@ -107,86 +151,241 @@ impl Syncer {
             merged_from: vec![],
             table_from: vec![],
             persisted,
-            persisted_from,
+            persisted_from: vec![],
             metrics,
         };
+        for d in initial.iter() {
+            syncer.join(d, false);
+        }
+        // Known from the state file but not a member now: departed.
+        let now = Instant::now();
+        for ((name, url), view) in std::mem::take(&mut syncer.restorable) {
+            let spec: Result<ApiserverSpec, _> = format!("{name}={url}").parse();
+            match spec {
+                Ok(spec) if !syncer.slots.iter().any(|s| s.state.spec.name == name || s.state.spec.url == spec.url) => {
+                    tracing::info!(apiserver = %name, url = %url, "not a member at start; its last known API set is kept as departed");
+                    let mut state = ServerState::new(spec);
+                    state.restored(view);
+                    state.departed = Some(now);
+                    syncer.insert(Slot { id: 0, state, wake: Arc::default(), task: None });
+                }
+                _ => {}
+            }
+        }
+        syncer.persisted_from = syncer.slots.iter().map(|s| s.state.view.clone()).collect();
+        syncer.states_tx.send_replace(Arc::new(syncer.states()));
         (syncer, Published { table, table_changed, states: states_rx, merged, openapi })
     }
 
-    /// Starts one discovery loop per apiserver and applies their reports
-    /// until the process ends. The first table is published once every
-    /// member has answered (or failed) once; after that, each batch of
-    /// reports publishes at once.
-    pub async fn run(mut self) {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(4 * self.states.len().max(1));
-        let loops: Vec<_> = std::mem::take(&mut self.discoverers)
-            .into_iter()
-            .zip(&self.states)
-            .enumerate()
-            .map(|(i, (d, s))| tokio::spawn(poll::poll(i, s.spec.clone(), d, self.options.interval, tx.clone())))
-            .collect();
-        drop(tx);
-        let mut reported = vec![false; self.states.len()];
-        while let Some(first) = rx.recv().await {
-            // Everything already waiting goes into the same publication.
-            let mut batch = vec![first];
-            while let Ok(r) = rx.try_recv() {
-                batch.push(r);
-            }
-            for report in batch {
-                if let poll::Report::Discovery { index, .. } = &report
-                    && let Some(r) = reported.get_mut(*index)
-                {
-                    *r = true;
-                }
-                self.apply(report);
-            }
-            if reported.iter().all(|r| *r) {
-                self.publish().await;
+    /// Serves Envoy's endpoints from the membership (see [`crate::xds`]).
+    pub fn with_xds(mut self, xds: XdsPublisher) -> Syncer {
+        self.xds = Some(xds);
+        self
+    }
+
+    fn states(&self) -> Vec<ServerState> {
+        self.slots.iter().map(|s| s.state.clone()).collect()
+    }
+
+    fn insert(&mut self, slot: Slot) {
+        let at = self.slots.partition_point(|s| s.state.spec.name < slot.state.spec.name);
+        self.slots.insert(at, slot);
+    }
+
+    fn slot_mut(&mut self, id: MemberId) -> Option<&mut Slot> {
+        self.slots.iter_mut().find(|s| s.id == id && s.task.is_some())
+    }
+
+    /// Starts following a member: its own discovery loop, its last known
+    /// API set if the state file has one. Closed until read.
+    fn join(&mut self, d: &Desired, gated: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut state = ServerState::new(d.spec.clone());
+        if let Some(view) = self.restorable.remove(&(d.spec.name.clone(), d.spec.url.to_string())) {
+            tracing::info!(apiserver = %d.spec.name, resources = view.capabilities.resource_count(), "last known API set restored from the state file");
+            state.restored(view);
+        }
+        state.gated = gated;
+        state.incarnation = d.incarnation.clone();
+        let wake = Arc::new(Notify::new());
+        let discoverer = Discoverer::new(&d.spec, self.transport.clone(), self.options.discovery.clone(), self.known.clone());
+        let task = tokio::spawn(poll::poll(id, d.spec.clone(), discoverer, self.options.interval, self.reports_tx.clone(), wake.clone()));
+        // A departed entry of the same name (or address) comes back as this one.
+        if let Some(i) = self.slots.iter().position(|s| s.state.spec.name == d.spec.name || s.state.spec.url == d.spec.url) {
+            let old = self.slots.remove(i);
+            if state.view.is_none() {
+                state.view = old.state.view.clone();
+                state.openapi = old.state.openapi.clone();
             }
         }
-        for l in loops {
-            l.abort();
+        self.insert(Slot { id, state, wake, task: Some(task) });
+    }
+
+    /// Follows a new membership: joins, departures, restarts.
+    fn reconcile(&mut self, desired: &MemberSet) {
+        let now = Instant::now();
+        for d in desired.iter() {
+            let existing = self.slots.iter_mut().find(|s| s.state.spec.url == d.spec.url || s.state.spec.name == d.spec.name);
+            match existing {
+                Some(slot) if slot.task.is_some() && slot.state.spec == d.spec => {
+                    if d.incarnation.is_some() && slot.state.incarnation != d.incarnation {
+                        if slot.state.incarnation.is_some() {
+                            tracing::info!(apiserver = %d.spec.name, from = ?slot.state.incarnation, to = ?d.incarnation, "apiserver restarted; closed until its discovery is read again");
+                            self.metrics.membership_change("restarted");
+                            slot.state.restarted();
+                            slot.wake.notify_one();
+                        }
+                        slot.state.incarnation = d.incarnation.clone();
+                    }
+                }
+                _ => {
+                    let rejoin = existing.is_some();
+                    tracing::info!(apiserver = %d.spec.name, url = %d.spec.url, rejoin, "apiserver joined; routed to once its discovery is read");
+                    self.metrics.membership_change("joined");
+                    self.join(d, self.started);
+                }
+            }
+        }
+        for slot in &mut self.slots {
+            let member = desired.iter().any(|d| d.spec == slot.state.spec);
+            if !member && slot.state.departed.is_none() {
+                tracing::info!(apiserver = %slot.state.spec.name, "apiserver departed; no new request reaches it, its exclusive APIs answer 503 until it is forgotten");
+                self.metrics.membership_change("departed");
+                slot.state.departed = Some(now);
+                slot.state.ready = false;
+                if let Some(t) = slot.task.take() {
+                    t.abort();
+                }
+            }
+        }
+        self.forget_expired();
+    }
+
+    /// Departed members are forgotten after the retention period (at once
+    /// when nothing about them is known).
+    fn forget_expired(&mut self) {
+        let retention = self.options.departed_retention;
+        let before = self.slots.len();
+        self.slots.retain(|s| match s.state.departed {
+            Some(at) if s.state.view.is_none() || at.elapsed() >= retention => {
+                tracing::info!(apiserver = %s.state.spec.name, "departed apiserver forgotten");
+                false
+            }
+            _ => true,
+        });
+        for _ in self.slots.len()..before {
+            self.metrics.membership_change("forgotten");
+        }
+    }
+
+    /// Follows `members` and applies every member's reports until the
+    /// process ends. The first table is published once every member at
+    /// start has answered (or failed) once; after that, each batch of
+    /// events publishes at once.
+    pub async fn run(mut self, mut members: watch::Receiver<MemberSet>) {
+        let Some(mut rx) = self.reports_rx.take() else { return };
+        let mut accepted = self.xds.as_ref().map(|x| x.accepted.clone());
+        let mut waiting: Vec<MemberId> = self.slots.iter().filter(|s| s.task.is_some()).map(|s| s.id).collect();
+        let initial = members.borrow_and_update().clone();
+        self.reconcile(&initial);
+        let mut retention = tokio::time::interval(Duration::from_secs(1));
+        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                first = rx.recv() => {
+                    let Some(first) = first else { break };
+                    // Everything already waiting goes into the same publication.
+                    let mut batch = vec![first];
+                    while let Ok(r) = rx.try_recv() {
+                        batch.push(r);
+                    }
+                    for report in batch {
+                        if let poll::Report::Discovery { id, .. } = &report {
+                            waiting.retain(|w| w != id);
+                        }
+                        self.apply(report);
+                    }
+                }
+                changed = members.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let m = members.borrow_and_update().clone();
+                    self.reconcile(&m);
+                }
+                Some(()) = async {
+                    match accepted.as_mut() {
+                        Some(a) => a.changed().await.ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                _ = retention.tick() => self.forget_expired(),
+            }
+            waiting.retain(|id| self.slots.iter().any(|s| s.id == *id && s.task.is_some()));
+            if waiting.is_empty() {
+                self.publish().await;
+                self.started = true;
+            }
         }
     }
 
     /// Applies one member's report to its state.
     fn apply(&mut self, report: poll::Report) {
         let now = Instant::now();
+        let metrics = self.metrics.clone();
         match report {
-            poll::Report::Discovery { index, address, resolve_error, result, version } => {
-                let Some(state) = self.states.get_mut(index) else { return };
+            poll::Report::Discovery { id, address, resolve_error, ready, result, version } => {
+                let Some(slot) = self.slot_mut(id) else { return };
+                let state = &mut slot.state;
                 let name = state.spec.name.clone();
                 if let Some(e) = resolve_error {
-                    self.metrics.sync_error(&name, "hostport_resolution");
+                    metrics.sync_error(&name, "hostport_resolution");
                     tracing::warn!(apiserver = %name, error = %e, "cannot resolve apiserver address; keeping the last one");
+                }
+                if state.address != address && state.address.is_some() {
+                    // Another machine now: read before it is sent anything.
+                    state.current = false;
                 }
                 state.address = address;
                 if version.is_some() {
                     state.version = version;
                 }
+                if let Err(e) = ready {
+                    // Unreachable is an error; a 5xx /readyz is a drain.
+                    if !matches!(e, crate::discover::DiscoveryError::Fetch { source: crate::discover::FetchError::Status(_), .. }) {
+                        metrics.sync_error(&name, "fetch_readyz");
+                    }
+                    if state.ready || state.last_error.is_none() {
+                        tracing::info!(apiserver = %name, error = %e, "apiserver not ready; no new request reaches it until it is ready and read again");
+                    }
+                    state.not_ready(e.to_string());
+                }
                 match result {
-                    Ok(view) => {
+                    None => {}
+                    Some(Ok(view)) => {
                         let resources = view.capabilities.resource_count();
-                        if !state.healthy {
-                            tracing::info!(apiserver = %name, resources, "apiserver discovery is healthy");
+                        if !state.healthy || !state.current {
+                            tracing::info!(apiserver = %name, resources, "apiserver discovery read; routed to");
                         }
-                        self.metrics.apiserver_resources(&name, resources);
+                        metrics.apiserver_resources(&name, resources);
                         state.succeeded(view, now);
                     }
-                    Err(e) => {
-                        self.metrics.sync_error(&name, "fetch_discovery");
+                    Some(Err(e)) => {
+                        metrics.sync_error(&name, "fetch_discovery");
                         let had = state.view.is_some();
                         if state.healthy || state.last_error.is_none() {
                             tracing::warn!(apiserver = %name, error = %e, keeping_last_known = had, "apiserver discovery failed");
                         }
+                        state.ready = true;
                         state.failed(e.to_string());
                     }
                 }
-                self.metrics.apiserver_healthy(&name, state.healthy);
+                metrics.apiserver_healthy(&name, state.healthy);
             }
-            poll::Report::OpenApi { index, result } => {
-                let Some(state) = self.states.get_mut(index) else { return };
+            poll::Report::OpenApi { id, result } => {
+                let Some(slot) = self.slot_mut(id) else { return };
+                let state = &mut slot.state;
                 match result {
                     Ok(docs) => {
                         if !state.openapi.as_ref().is_some_and(|o| Arc::ptr_eq(o, &docs)) {
@@ -194,11 +393,39 @@ impl Syncer {
                         }
                     }
                     Err(e) => {
-                        self.metrics.sync_error(&state.spec.name, "fetch_openapi");
+                        metrics.sync_error(&state.spec.name, "fetch_openapi");
                         tracing::warn!(apiserver = %state.spec.name, error = %e, "apiserver OpenAPI read failed; keeping its last documents");
                     }
                 }
             }
+        }
+    }
+
+    /// Who is open now, and Envoy's endpoints for everyone the table names.
+    fn update_open_and_endpoints(&mut self) {
+        let accepted = self.xds.as_ref().map(|x| x.accepted.borrow().clone()).unwrap_or_default();
+        let mut members = 0;
+        for s in &mut self.slots {
+            let known = s.state.address.is_some_and(|a| accepted.covers(&a));
+            let open = s.state.may_open(known);
+            if open != s.state.open {
+                self.metrics.apiserver_open(&s.state.spec.name, open);
+            }
+            s.state.open = open;
+            members += usize::from(s.state.departed.is_none());
+        }
+        self.metrics.membership(members);
+        let Some(xds) = &mut self.xds else { return };
+        let endpoints: Vec<EndpointMember> = self
+            .slots
+            .iter()
+            .filter_map(|s| {
+                Some(EndpointMember { address: s.state.address?, name: s.state.spec.name.clone(), departed: s.state.departed.is_some() })
+            })
+            .collect();
+        if endpoints != xds.from {
+            xds.snapshot.send_replace(Snapshot::build(&xds.options, &endpoints));
+            xds.from = endpoints;
         }
     }
 
@@ -207,15 +434,16 @@ impl Syncer {
     /// merged documents only on views and OpenAPI documents — pointer
     /// equality says unchanged, so an unchanged batch costs no rebuild.
     async fn publish(&mut self) {
+        self.update_open_and_endpoints();
         self.publish_table_if_changed().await;
         self.rebuild_discovery().await;
         self.rebuild_openapi().await;
         self.persist().await;
-        self.states_tx.send_replace(Arc::new(self.states.clone()));
+        self.states_tx.send_replace(Arc::new(self.states()));
     }
 
     async fn publish_table_if_changed(&mut self) {
-        let inputs: Vec<TableInput> = self.states.iter().map(TableInput::of).collect();
+        let inputs: Vec<TableInput> = self.slots.iter().map(|s| TableInput::of(&s.state)).collect();
         if inputs != self.table_from || self.table_tx.borrow().version == 0 {
             self.publish_table().await;
             self.table_from = inputs;
@@ -226,7 +454,7 @@ impl Syncer {
     /// blocking thread (megabytes of JSON and protobuf).
     async fn rebuild_openapi(&mut self) {
         let inputs: Vec<(String, Arc<ServerOpenApi>)> =
-            self.states.iter().filter(|s| s.address.is_some()).filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect();
+            self.slots.iter().map(|s| &s.state).filter(|s| s.address.is_some()).filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect();
         let unchanged = same_named(&inputs, &self.openapi_from);
         if unchanged {
             return;
@@ -258,14 +486,14 @@ impl Syncer {
     /// blocking thread.
     async fn persist(&mut self) {
         let Some(p) = self.persisted.clone() else { return };
-        let views: Vec<Option<Arc<ServerView>>> = self.states.iter().map(|s| s.view.clone()).collect();
+        let views: Vec<Option<Arc<ServerView>>> = self.slots.iter().map(|s| s.state.view.clone()).collect();
         let same = views.len() == self.persisted_from.len()
             && views.iter().zip(&self.persisted_from).all(|(a, b)| same(a, b));
         if same {
             return;
         }
         let members: Vec<(String, String, Arc<ServerView>)> =
-            self.states.iter().filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?))).collect();
+            self.slots.iter().map(|s| &s.state).filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?))).collect();
         let saved = tokio::task::spawn_blocking(move || p.save(members.iter().map(|(n, u, v)| (n.as_str(), u.as_str(), &**v))))
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
@@ -278,7 +506,7 @@ impl Syncer {
     /// Built on a blocking thread: a CRD-heavy table is large enough to
     /// stall ext_proc answers on the runtime.
     async fn publish_table(&mut self) {
-        let states = self.states.clone();
+        let states = self.states();
         let Ok(new) = tokio::task::spawn_blocking(move || routing_table::build(states.iter().map(ServerState::member))).await else {
             tracing::error!("routing table build did not complete; keeping the last table");
             return;
@@ -303,8 +531,9 @@ impl Syncer {
     /// takes long enough to stall ext_proc answers on the runtime.
     async fn rebuild_discovery(&mut self) {
         let inputs: Vec<(String, Arc<ServerView>)> = self
-            .states
+            .slots
             .iter()
+            .map(|s| &s.state)
             .filter(|s| s.address.is_some())
             .filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?)))
             .collect();
@@ -335,16 +564,16 @@ impl Syncer {
 /// One member's part in the table: its view and OpenAPI documents (by
 /// identity: held, so their addresses cannot be reused by others), health
 /// and address.
-struct TableInput(Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, Option<SocketAddr>);
+struct TableInput(String, Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, bool, Option<SocketAddr>);
 
 impl TableInput {
     fn of(s: &ServerState) -> TableInput {
-        TableInput(s.view.clone(), s.openapi.clone(), s.healthy, s.address)
+        TableInput(s.spec.name.clone(), s.view.clone(), s.openapi.clone(), s.healthy, s.open, s.address)
     }
 }
 
 impl PartialEq for TableInput {
     fn eq(&self, other: &Self) -> bool {
-        same(&self.0, &other.0) && same(&self.1, &other.1) && self.2 == other.2 && self.3 == other.3
+        self.0 == other.0 && same(&self.1, &other.1) && same(&self.2, &other.2) && (self.3, self.4, self.5) == (other.3, other.4, other.5)
     }
 }

@@ -7,38 +7,62 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::{Discoverer, DiscoveryError, ServerView};
 use crate::openapi::ServerOpenApi;
 
+/// A member's identity for the sync loop while it is a member.
+pub type MemberId = u64;
+
 /// What one member's loop found.
 pub enum Report {
-    /// A discovery read: its address (resolved this round, or the last one
-    /// with the resolution error) and what it serves, or why not.
+    /// A round: its address (resolved this round, or the last one with the
+    /// resolution error), whether it is ready, and — when it is — what it
+    /// serves, or why that read failed.
     Discovery {
-        index: usize,
+        id: MemberId,
         address: Option<SocketAddr>,
         resolve_error: Option<String>,
-        result: Result<Arc<ServerView>, DiscoveryError>,
+        /// `/readyz`: a member that is not ready is sent no new request and
+        /// not read (it is draining, or not up yet).
+        ready: Result<(), DiscoveryError>,
+        /// `None` when it was not ready.
+        result: Option<Result<Arc<ServerView>, DiscoveryError>>,
         /// Its release, when read this round (first success, and after
         /// every failure: it may come back as another release).
         version: Option<String>,
     },
     /// Its OpenAPI documents, read after a successful discovery report (the
     /// same `Arc` while nothing was due or changed).
-    OpenApi { index: usize, result: Result<Arc<ServerOpenApi>, DiscoveryError> },
+    OpenApi { id: MemberId, result: Result<Arc<ServerOpenApi>, DiscoveryError> },
 }
 
-/// Reads `spec` every `interval` until the sync loop goes away.
-pub async fn poll(index: usize, spec: ApiserverSpec, mut discoverer: Discoverer, interval: Duration, reports: mpsc::Sender<Report>) {
+/// Reads `spec` every `interval`, and at once when `wake` is notified (the
+/// sync loop learned it restarted), until the sync loop goes away.
+pub async fn poll(
+    id: MemberId,
+    spec: ApiserverSpec,
+    mut discoverer: Discoverer,
+    interval: Duration,
+    reports: mpsc::Sender<Report>,
+    wake: Arc<Notify>,
+) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut address = spec.ip_address();
     let mut version_due = true;
+    let mut was_ready = false;
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = wake.notified() => {
+                // Restarted: whatever it serves now is read in full.
+                discoverer.force_full_read();
+                version_due = true;
+            }
+        }
         let resolve_error = match resolve(&spec).await {
             Ok(a) => {
                 address = Some(a);
@@ -46,6 +70,20 @@ pub async fn poll(index: usize, spec: ApiserverSpec, mut discoverer: Discoverer,
             }
             Err(e) => Some(e),
         };
+        let ready = discoverer.read_ready(address).await;
+        if ready.is_err() {
+            was_ready = false;
+            if reports.send(Report::Discovery { id, address, resolve_error, ready, result: None, version: None }).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        if !was_ready {
+            // Ready again (or for the first time): it may be another release.
+            discoverer.force_full_read();
+            version_due = true;
+            was_ready = true;
+        }
         let result = discoverer.discover(address).await;
         let mut version = None;
         if result.is_err() {
@@ -58,14 +96,14 @@ pub async fn poll(index: usize, spec: ApiserverSpec, mut discoverer: Discoverer,
             version_due = version.is_none();
         }
         let view = result.as_ref().ok().cloned();
-        if reports.send(Report::Discovery { index, address, resolve_error, result, version }).await.is_err() {
+        if reports.send(Report::Discovery { id, address, resolve_error, ready, result: Some(result), version }).await.is_err() {
             return;
         }
         // OpenAPI after discovery is reported: a new API set routes without
         // waiting for megabytes of schemas.
         if let Some(view) = view {
             let result = discoverer.read_openapi(address, &view).await;
-            if reports.send(Report::OpenApi { index, result }).await.is_err() {
+            if reports.send(Report::OpenApi { id, result }).await.is_err() {
                 return;
             }
         }

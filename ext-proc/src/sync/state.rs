@@ -14,6 +14,14 @@
 //!   (`persist.rs`): a member that is down when mvp-ext-proc starts keeps
 //!   the API set it last had.
 //! - One server's failure never changes any other server's entry.
+//! - Open (sent new requests) only while it is a member, ready (`/readyz`),
+//!   current (its discovery read since it last became ready, joined or
+//!   restarted) and, when it joined while mvp-ext-proc ran, known to every
+//!   connected Envoy. A closed member keeps its bits in the table: a
+//!   request for an API only closed members serve gets the 503 Status.
+//! - A member that departs (left every membership source) is closed at
+//!   once and forgotten after the retention period (`--departed-retention`),
+//!   when its exclusive APIs become the 404s they then are.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,6 +49,20 @@ pub struct ServerState {
     pub version: Option<String>,
     pub last_success: Option<Instant>,
     pub last_error: Option<String>,
+    /// Its last `/readyz` answer was 200.
+    pub ready: bool,
+    /// Its discovery was read since it last became ready, joined or restarted.
+    pub current: bool,
+    /// Joined while mvp-ext-proc ran: opened only once every connected
+    /// Envoy accepted an endpoint for its address.
+    pub gated: bool,
+    /// When it left every membership source.
+    pub departed: Option<Instant>,
+    /// What the membership source says identifies this run of it (a
+    /// lease's holder identity); a change means it restarted.
+    pub incarnation: Option<String>,
+    /// Derived when the table is built: sent new requests.
+    pub open: bool,
 }
 
 impl ServerState {
@@ -54,7 +76,32 @@ impl ServerState {
             version: None,
             last_success: None,
             last_error: None,
+            ready: false,
+            current: false,
+            gated: false,
+            departed: None,
+            incarnation: None,
+            open: false,
         }
+    }
+
+    /// Whether it may be sent new requests (see the module policy);
+    /// `known_to_envoy` says every connected Envoy has its endpoint.
+    pub fn may_open(&self, known_to_envoy: bool) -> bool {
+        self.departed.is_none() && self.ready && self.current && (!self.gated || known_to_envoy)
+    }
+
+    /// Not ready: closed until it is ready and read again.
+    pub fn not_ready(&mut self, error: String) {
+        self.ready = false;
+        self.healthy = false;
+        self.current = false;
+        self.last_error = Some(error);
+    }
+
+    /// A source says it restarted (or moved): closed until read again.
+    pub fn restarted(&mut self) {
+        self.current = false;
     }
 
     /// A read that found `view`. The same `Arc` (nothing changed, the usual
@@ -66,6 +113,8 @@ impl ServerState {
             self.view = Some(view);
         }
         self.healthy = true;
+        self.ready = true;
+        self.current = true;
         self.last_success = Some(now);
         self.last_error = None;
     }
@@ -76,6 +125,7 @@ impl ServerState {
             name: &self.spec.name,
             address: self.address,
             healthy: self.healthy,
+            open: self.open,
             capabilities: self.view.as_deref().map(|v| &v.capabilities),
             openapi: self.openapi.as_deref(),
         }

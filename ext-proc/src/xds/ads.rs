@@ -1,0 +1,260 @@
+//! The ADS stream loop (state of the world): each Envoy opens one stream,
+//! asks for clusters (wildcard) and for the endpoints of the clusters it
+//! got; every change of the [`Snapshot`] is pushed to every stream.
+//!
+//! Protocol bookkeeping per resource type: the version and nonce last sent.
+//! A request carrying that nonce without an error is an ACK; with an error,
+//! a NACK (logged, counted; Envoy keeps its last accepted configuration and
+//! nothing is resent until the resources change). A request with another
+//! nonce than the latest is stale and ignored; one with no nonce, or with
+//! new resource names, is a (re)subscription and gets the current
+//! resources. After a cluster change is ACKed the endpoints are sent again:
+//! Envoy re-subscribes a changed cluster's endpoints with names it already
+//! has, and would otherwise wait for them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use futures::Stream;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
+use crate::metrics::Metrics;
+
+/// The endpoint addresses every connected Envoy has accepted. With no
+/// Envoy connected, nothing constrains (an Envoy that connects later loads
+/// its endpoints before it serves; one connected to another mvp-ext-proc
+/// gets the same endpoints from the same membership).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Accepted {
+    pub streams: usize,
+    pub addresses: BTreeSet<SocketAddr>,
+}
+
+impl Accepted {
+    pub fn covers(&self, a: &SocketAddr) -> bool {
+        self.streams == 0 || self.addresses.contains(a)
+    }
+}
+
+#[derive(Default)]
+struct Streams {
+    /// Per stream that subscribed to endpoints: the addresses of the
+    /// endpoints it last ACKed.
+    acked: HashMap<u64, BTreeSet<SocketAddr>>,
+}
+
+#[derive(Clone)]
+pub struct AdsServer {
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    streams: Arc<Mutex<Streams>>,
+    accepted: Arc<watch::Sender<Accepted>>,
+    next_id: Arc<AtomicU64>,
+    metrics: Arc<Metrics>,
+}
+
+impl AdsServer {
+    pub fn new(snapshot: watch::Receiver<Arc<Snapshot>>, metrics: Arc<Metrics>) -> (AdsServer, watch::Receiver<Accepted>) {
+        let (tx, rx) = watch::channel(Accepted::default());
+        let s = AdsServer {
+            snapshot,
+            streams: Arc::default(),
+            accepted: Arc::new(tx),
+            next_id: Arc::new(AtomicU64::new(1)),
+            metrics,
+        };
+        (s, rx)
+    }
+
+    pub fn service(self) -> AggregatedDiscoveryServiceServer<AdsServer> {
+        AggregatedDiscoveryServiceServer::new(self).max_encoding_message_size(16 << 20)
+    }
+
+    fn update_accepted(&self, f: impl FnOnce(&mut Streams)) {
+        let mut s = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut s);
+        let mut sets = s.acked.values();
+        let addresses = match sets.next() {
+            None => BTreeSet::new(),
+            Some(first) => sets.fold(first.clone(), |acc, s| acc.intersection(s).copied().collect()),
+        };
+        let next = Accepted { streams: s.acked.len(), addresses };
+        self.accepted.send_if_modified(|cur| {
+            let changed = *cur != next;
+            *cur = next;
+            changed
+        });
+    }
+}
+
+/// Per stream, per resource type.
+#[derive(Default)]
+struct Subscription {
+    names: Vec<String>,
+    /// Version and nonce of the last response.
+    sent: Option<(String, String)>,
+    /// The snapshot the last response came from (to know what an ACK accepted).
+    sent_from: Option<Arc<Snapshot>>,
+}
+
+struct StreamLoop {
+    id: u64,
+    server: AdsServer,
+    out: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    subs: HashMap<String, Subscription>,
+    nonce: u64,
+    node: String,
+}
+
+impl StreamLoop {
+    async fn send(&mut self, type_url: &str, snapshot: &Arc<Snapshot>) -> bool {
+        let Some(res) = snapshot.resources(type_url) else { return true };
+        let sub = self.subs.entry(type_url.to_string()).or_default();
+        let items = res
+            .items
+            .iter()
+            // Wildcard (clusters) or the named ones (endpoints).
+            .filter(|(n, _)| type_url == CLUSTER_TYPE || sub.names.is_empty() || sub.names.contains(n))
+            .map(|(_, a)| a.clone())
+            .collect();
+        self.nonce += 1;
+        let nonce = self.nonce.to_string();
+        sub.sent = Some((res.version.clone(), nonce.clone()));
+        sub.sent_from = Some(snapshot.clone());
+        self.server.metrics.xds_push(kind(type_url));
+        tracing::debug!(node = %self.node, r#type = kind(type_url), version = %res.version, "ADS push");
+        let r = DiscoveryResponse { version_info: res.version.clone(), resources: items, type_url: type_url.to_string(), nonce, ..Default::default() };
+        self.out.send(Ok(r)).await.is_ok()
+    }
+
+    /// Handles one request; false when the stream is gone.
+    async fn on_request(&mut self, req: DiscoveryRequest) -> bool {
+        if let Some(n) = &req.node {
+            self.node = n.id.clone();
+        }
+        let snapshot = self.server.snapshot.borrow().clone();
+        if snapshot.resources(&req.type_url).is_none() {
+            tracing::debug!(node = %self.node, type_url = %req.type_url, "ADS request for a type this server does not serve; ignored");
+            return true;
+        }
+        let sub = self.subs.entry(req.type_url.clone()).or_default();
+        let names_changed = sub.names != req.resource_names;
+        sub.names = req.resource_names.clone();
+        let latest = sub.sent.as_ref().is_some_and(|(_, n)| *n == req.response_nonce);
+        if !req.response_nonce.is_empty() && !latest {
+            // Stale: answers a response already superseded.
+            return true;
+        }
+        if latest {
+            if let Some(err) = &req.error_detail {
+                self.server.metrics.xds_nack(kind(&req.type_url));
+                tracing::error!(
+                    node = %self.node,
+                    r#type = kind(&req.type_url),
+                    rejected = %sub.sent.as_ref().map(|(v, _)| v.as_str()).unwrap_or(""),
+                    kept = %req.version_info,
+                    error = %err.message,
+                    "Envoy rejected the configuration (NACK); it keeps its last accepted one"
+                );
+                if !names_changed {
+                    return true;
+                }
+            } else {
+                let accepted = sub.sent_from.clone();
+                if req.type_url == ENDPOINT_TYPE
+                    && let Some(s) = accepted
+                {
+                    let id = self.id;
+                    self.server.update_accepted(|st| {
+                        st.acked.insert(id, s.addresses.clone());
+                    });
+                }
+                if req.type_url == CLUSTER_TYPE && self.subs.contains_key(ENDPOINT_TYPE) {
+                    // A changed cluster waits for its endpoints again.
+                    return self.send(ENDPOINT_TYPE, &snapshot).await;
+                }
+                if !names_changed {
+                    return true;
+                }
+            }
+        }
+        if req.type_url == ENDPOINT_TYPE && req.response_nonce.is_empty() {
+            // Subscribed: this Envoy counts for [`Accepted`] from now on.
+            let id = self.id;
+            self.server.update_accepted(|st| {
+                st.acked.entry(id).or_default();
+            });
+        }
+        self.send(&req.type_url, &snapshot).await
+    }
+
+    /// Pushes every subscribed type whose version changed.
+    async fn on_snapshot(&mut self) -> bool {
+        let snapshot = self.server.snapshot.borrow().clone();
+        for type_url in [CLUSTER_TYPE, ENDPOINT_TYPE] {
+            let Some(sub) = self.subs.get(type_url) else { continue };
+            let current = snapshot.resources(type_url).map(|r| r.version.as_str());
+            if sub.sent.as_ref().map(|(v, _)| v.as_str()) != current && !self.send(type_url, &snapshot).await {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+type AdsStream = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
+type DeltaStream = Pin<Box<dyn Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsServer {
+    type StreamAggregatedResourcesStream = AdsStream;
+    type DeltaAggregatedResourcesStream = DeltaStream;
+
+    async fn stream_aggregated_resources(&self, request: Request<Streaming<DiscoveryRequest>>) -> Result<Response<AdsStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (out, rx) = mpsc::channel(16);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut l = StreamLoop { id, server: self.clone(), out, subs: HashMap::new(), nonce: 0, node: String::new() };
+        let mut snapshots = self.snapshot.clone();
+        self.metrics.xds_streams(1);
+        tokio::spawn(async move {
+            loop {
+                let alive = tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => l.on_request(req).await,
+                        Ok(None) => false,
+                        Err(e) => {
+                            tracing::debug!(node = %l.node, error = %e, "ADS stream ended");
+                            false
+                        }
+                    },
+                    changed = snapshots.changed() => changed.is_ok() && l.on_snapshot().await,
+                };
+                if !alive {
+                    break;
+                }
+            }
+            tracing::info!(node = %l.node, "ADS stream closed");
+            l.server.update_accepted(|st| {
+                st.acked.remove(&id);
+            });
+            l.server.metrics.xds_streams(-1);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn delta_aggregated_resources(&self, _: Request<Streaming<DeltaDiscoveryRequest>>) -> Result<Response<DeltaStream>, Status> {
+        Err(Status::unimplemented("mvp-ext-proc serves state-of-the-world ADS (api_type GRPC), not delta"))
+    }
+}

@@ -1,0 +1,269 @@
+//! CDS: the apiserver clusters Envoy gets over ADS, as typed `envoy-types`
+//! messages. Their endpoints come from EDS ([`super::endpoints`]), so a
+//! membership change never touches a cluster (a cluster change would start
+//! new connection pools).
+//!
+//! What each cluster promises:
+//! - override-host load balancing on the route header: only ever one of the
+//!   cluster's own members (an address outside it falls back to round robin
+//!   over members, never to an outside host);
+//! - upstream mTLS with the peer CA and the apiservers' DNS SAN;
+//! - `/readyz` health checks (kube fails `/readyz` at SIGTERM and keeps
+//!   serving for `--shutdown-delay-duration` so load balancers can stop
+//!   sending first): 1 s interval, unhealthy after 2 failures, so a
+//!   draining apiserver gets no new load-balanced request within ~2 s; no
+//!   panic mode (an unhealthy member is never chosen because "too many" are
+//!   unhealthy); outlier ejection on local connect failures;
+//! - members removed from EDS leave at once, even while they pass health
+//!   checks.
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::config::cluster::v3 as cluster;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::override_host::v3::{OverrideHost, override_host};
+use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3 as http_options;
+use envoy_types::pb::envoy::r#type::matcher::v3 as matcher;
+use envoy_types::pb::envoy::r#type::v3::Percent;
+use envoy_types::pb::google::protobuf::{Any, Duration, UInt32Value};
+use envoy_types::util::pack_any;
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
+use mvp_contract::headers::ROUTE;
+
+use crate::tls::PeerTls;
+
+/// What the clusters are made of: the same flags `mvp-ext-proc serve` uses
+/// for its own discovery connections (Envoy must see the same file paths).
+#[derive(Clone, Default)]
+pub struct ClusterOptions {
+    pub peer_tls: Option<PeerTls>,
+    /// The requestheader user header: the cluster that presents the proxy
+    /// client certificate health-checks as this user.
+    pub username_header: String,
+    /// A digest of the TLS files' contents, carried in cluster metadata so a
+    /// rotated certificate changes the cluster and Envoy loads it again.
+    pub tls_files_digest: String,
+}
+
+/// Who the requestheader cluster's health checks authenticate as.
+pub const HEALTH_CHECK_USER: &str = "system:mvp-envoy:health-check";
+
+fn secs(s: i64) -> Option<Duration> {
+    Some(Duration { seconds: s, nanos: 0 })
+}
+
+fn u32v(v: u32) -> Option<UInt32Value> {
+    Some(UInt32Value { value: v })
+}
+
+fn file(p: &std::path::Path) -> Option<core::DataSource> {
+    Some(core::DataSource { specifier: Some(core::data_source::Specifier::Filename(p.to_string_lossy().into_owned())), ..Default::default() })
+}
+
+/// Both apiserver clusters: one without a client certificate, and, when a
+/// proxy client certificate is configured, one that presents it (the
+/// route table sends requests carrying a verified identity there).
+pub fn clusters(o: &ClusterOptions) -> Vec<cluster::Cluster> {
+    let mut out = vec![apiserver_cluster(o, APISERVERS_CLUSTER, false)];
+    if o.peer_tls.as_ref().is_some_and(|p| p.client.is_some()) {
+        out.push(apiserver_cluster(o, APISERVERS_REQUESTHEADER_CLUSTER, true));
+    }
+    out
+}
+
+fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool) -> cluster::Cluster {
+    let mut typed_extension_protocol_options = HashMap::new();
+    typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
+        pack_any(http_options::HttpProtocolOptions {
+            upstream_protocol_options: Some(http_options::http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+                http_options::http_protocol_options::ExplicitHttpConfig {
+                    protocol_config: Some(http_options::http_protocol_options::explicit_http_config::ProtocolConfig::HttpProtocolOptions(
+                        core::Http1ProtocolOptions::default(),
+                    )),
+                },
+            )),
+            ..Default::default()
+        }),
+    );
+    let metadata = (!o.tls_files_digest.is_empty()).then(|| core::Metadata {
+        filter_metadata: HashMap::from([(
+            "mvp-envoy".to_string(),
+            envoy_types::pb::google::protobuf::Struct {
+                fields: HashMap::from([(
+                    "tls_files_sha256".to_string(),
+                    envoy_types::pb::google::protobuf::Value {
+                        kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(o.tls_files_digest.clone())),
+                    },
+                )]),
+            },
+        )]),
+        ..Default::default()
+    });
+    cluster::Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(cluster::cluster::DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig { eds_config: Some(super::ads_source()), service_name: String::new() }),
+        connect_timeout: secs(2),
+        // Every watch holds an upstream HTTP/1.1 connection; Envoy's defaults
+        // (1,024) would cap a cluster's watchers.
+        circuit_breakers: Some(cluster::CircuitBreakers {
+            thresholds: vec![cluster::circuit_breakers::Thresholds {
+                max_connections: u32v(1_000_000),
+                max_pending_requests: u32v(1_000_000),
+                max_requests: u32v(1_000_000),
+                max_retries: u32v(10_000),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        transport_socket: o.peer_tls.as_ref().map(|p| upstream_tls(p, proxy_certificate)),
+        load_balancing_policy: Some(override_host_policy()),
+        typed_extension_protocol_options,
+        health_checks: vec![readyz_check(proxy_certificate.then_some(o.username_header.as_str()))],
+        outlier_detection: Some(cluster::OutlierDetection {
+            // Only connection failures eject (an apiserver's own 5xx are
+            // answers, not a sign it is gone).
+            split_external_local_origin_errors: true,
+            consecutive_local_origin_failure: u32v(2),
+            enforcing_consecutive_local_origin_failure: u32v(100),
+            enforcing_consecutive_5xx: u32v(0),
+            enforcing_consecutive_gateway_failure: u32v(0),
+            enforcing_success_rate: u32v(0),
+            enforcing_local_origin_success_rate: u32v(0),
+            interval: secs(1),
+            base_ejection_time: secs(3),
+            max_ejection_percent: u32v(100),
+            ..Default::default()
+        }),
+        common_lb_config: Some(cluster::cluster::CommonLbConfig {
+            healthy_panic_threshold: Some(Percent { value: 0.0 }),
+            // Host changes apply at once: the routing table may name a new
+            // member as soon as Envoy acknowledged its endpoint.
+            update_merge_window: secs(0),
+            ..Default::default()
+        }),
+        ignore_health_on_host_removal: true,
+        metadata,
+        ..Default::default()
+    }
+}
+
+/// `/readyz` every second; 2 failures make a member unhealthy (~2 s after
+/// kube starts failing it at SIGTERM), 1 success healthy again. The same
+/// interval when the cluster is idle, so a drain is noticed before the next
+/// request.
+fn readyz_check(identity_header: Option<&str>) -> core::HealthCheck {
+    let request_headers_to_add = identity_header
+        .map(|h| {
+            vec![core::HeaderValueOption {
+                header: Some(core::HeaderValue { key: h.to_string(), value: HEALTH_CHECK_USER.to_string(), ..Default::default() }),
+                append_action: core::header_value_option::HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+                ..Default::default()
+            }]
+        })
+        .unwrap_or_default();
+    core::HealthCheck {
+        timeout: secs(1),
+        interval: secs(1),
+        no_traffic_interval: secs(1),
+        unhealthy_threshold: u32v(2),
+        healthy_threshold: u32v(1),
+        always_log_health_check_failures: true,
+        health_checker: Some(core::health_check::HealthChecker::HttpHealthCheck(core::health_check::HttpHealthCheck {
+            host: "kubernetes.default.svc".to_string(),
+            path: "/readyz".to_string(),
+            request_headers_to_add,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// Upstream mTLS: apiservers must present a certificate from
+/// `--peer-ca-file` for the peer server name (kube: kubernetes.default.svc);
+/// with `proxy_certificate`, the front door presents its proxy client
+/// certificate. HTTP/1.1 only, so exec/attach/port-forward upgrades pass
+/// through as they are.
+fn upstream_tls(p: &PeerTls, proxy_certificate: bool) -> core::TransportSocket {
+    let tls_certificates = p
+        .client
+        .as_ref()
+        .filter(|_| proxy_certificate)
+        .map(|(cert, key, _)| vec![tls::TlsCertificate { certificate_chain: file(cert), private_key: file(key), ..Default::default() }])
+        .unwrap_or_default();
+    let common = tls::CommonTlsContext {
+        tls_certificates,
+        alpn_protocols: vec!["http/1.1".to_string()],
+        validation_context_type: Some(tls::common_tls_context::ValidationContextType::ValidationContext(
+            tls::CertificateValidationContext {
+                trusted_ca: file(&p.ca_file),
+                match_typed_subject_alt_names: vec![tls::SubjectAltNameMatcher {
+                    san_type: tls::subject_alt_name_matcher::SanType::Dns as i32,
+                    matcher: Some(matcher::StringMatcher {
+                        match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(p.server_name.clone())),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    core::TransportSocket {
+        name: "envoy.transport_sockets.tls".to_string(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack_any(tls::UpstreamTlsContext {
+            common_tls_context: Some(common),
+            sni: p.server_name.clone(),
+            ..Default::default()
+        }))),
+    }
+}
+
+fn extension(name: &str, typed_config: Any) -> cluster::load_balancing_policy::Policy {
+    cluster::load_balancing_policy::Policy {
+        typed_extension_config: Some(core::TypedExtensionConfig { name: name.to_string(), typed_config: Some(typed_config) }),
+    }
+}
+
+/// The override-host policy only ever selects one of the cluster's own
+/// members; an address outside the set falls back to round robin, so no
+/// request can reach a host outside the membership.
+fn override_host_policy() -> cluster::LoadBalancingPolicy {
+    let round_robin = cluster::LoadBalancingPolicy {
+        policies: vec![extension("envoy.load_balancing_policies.round_robin", pack_any(RoundRobin::default()))],
+    };
+    cluster::LoadBalancingPolicy {
+        policies: vec![extension(
+            "envoy.load_balancing_policies.override_host",
+            pack_any(OverrideHost {
+                override_host_sources: vec![override_host::OverrideHostSource { header: ROUTE.to_string(), ..Default::default() }],
+                fallback_policy: Some(round_robin),
+                ..Default::default()
+            }),
+        )],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_requestheader_clusters() {
+        let plain = clusters(&ClusterOptions::default());
+        assert_eq!(plain.len(), 1);
+        let c = &plain[0];
+        assert_eq!(c.name, APISERVERS_CLUSTER);
+        assert!(c.transport_socket.is_none());
+        let hc = &c.health_checks[0];
+        let Some(core::health_check::HealthChecker::HttpHealthCheck(h)) = &hc.health_checker else { panic!() };
+        assert_eq!(h.path, "/readyz");
+        assert!(h.request_headers_to_add.is_empty());
+        assert_eq!(c.common_lb_config.as_ref().unwrap().healthy_panic_threshold.as_ref().unwrap().value, 0.0);
+        assert!(c.ignore_health_on_host_removal);
+    }
+}
