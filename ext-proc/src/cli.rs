@@ -127,9 +127,26 @@ impl RequestHeaderArgs {
 
 #[derive(Parser)]
 struct ServeArgs {
-    /// An apiserver behind the front door, NAME=URL (repeat for each).
-    #[arg(long = "apiserver", value_name = "NAME=URL", required = true)]
+    /// An apiserver behind the front door, NAME=URL (repeat for each): the
+    /// static seed. Always a member; with --membership, others join and
+    /// leave as the cluster says.
+    #[arg(long = "apiserver", value_name = "NAME=URL", required_unless_present = "membership")]
     apiservers: Vec<ApiserverSpec>,
+    /// Also learn the apiservers from the cluster: `endpoints` (the
+    /// default/kubernetes Endpoints, every release) and/or `leases` (the
+    /// apiserver identity Leases in kube-system, 1.26+, with the Mixed
+    /// Version Proxy's peer-advertise-address annotation).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "endpoints,leases")]
+    membership: Vec<crate::membership::kube::Source>,
+    /// Kubeconfig for reading the membership (its server: any apiserver or
+    /// load balancer that reaches one); without it, in-cluster
+    /// ServiceAccount credentials.
+    #[arg(long, value_name = "FILE")]
+    membership_kubeconfig: Option<std::path::PathBuf>,
+    /// An identity lease not renewed for this long is gone (kube renews
+    /// every 10 s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    lease_stale_after: Duration,
     /// Address for the gRPC services Envoy calls (routing table, ext_proc for /apis).
     #[arg(long, value_name = "ADDR:PORT")]
     grpc_listen: SocketAddr,
@@ -290,6 +307,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         refresh_interval: a.refresh_interval,
         state_file: a.state_file,
         departed_retention: a.departed_retention,
+        membership: (!a.membership.is_empty()).then(|| crate::membership::kube::KubeOptions {
+            sources: a.membership.clone(),
+            kubeconfig: a.membership_kubeconfig.clone(),
+            lease_stale_after: a.lease_stale_after,
+        }),
         discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),

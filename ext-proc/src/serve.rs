@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::sync::{SyncOptions, Syncer, XdsPublisher};
 use crate::tls::PeerTls;
 use crate::xds::{AdsServer, ClusterOptions, Snapshot};
+use crate::membership::kube::KubeOptions;
 use crate::{admin, membership, publish, rewrite};
 
 pub struct ServeOptions {
@@ -23,6 +24,8 @@ pub struct ServeOptions {
     pub refresh_interval: Duration,
     pub state_file: Option<PathBuf>,
     pub departed_retention: Duration,
+    /// Membership from the cluster, besides the seed.
+    pub membership: Option<KubeOptions>,
     pub discovery: DiscoveryOptions,
     pub discovery_token_file: Option<PathBuf>,
     pub peer_tls: Option<PeerTls>,
@@ -32,8 +35,10 @@ pub struct ServeOptions {
 }
 
 pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
-    apiservers::validate_set(&o.apiservers).map_err(anyhow::Error::msg)?;
-    apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(anyhow::Error::msg)?;
+    if !o.apiservers.is_empty() || o.membership.is_none() {
+        apiservers::validate_set(&o.apiservers).map_err(anyhow::Error::msg)?;
+        apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(anyhow::Error::msg)?;
+    }
     if o.refresh_interval.is_zero() {
         anyhow::bail!("--refresh-interval must be greater than 0");
     }
@@ -56,6 +61,10 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     };
     let seed = membership::from_seed(&o.apiservers);
     let (members_tx, members) = tokio::sync::watch::channel(seed.clone());
+    let membership_task = match &o.membership {
+        Some(k) => Some(follow_cluster(k, o.apiservers.clone(), if o.peer_tls.is_some() { "https" } else { "http" }, members_tx.clone()).await?),
+        None => None,
+    };
     let (syncer, published) = Syncer::new(&seed, transport, options, metrics.clone());
     let cluster_options = ClusterOptions {
         tls_files_digest: o.peer_tls.as_ref().map(tls_files_digest).unwrap_or_default(),
@@ -95,12 +104,68 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     });
     grpc_server.await.context("gRPC server failed")?;
     drop(members_tx);
+    if let Some(t) = membership_task {
+        t.abort();
+    }
     sync_task.abort();
     if let Some(t) = admin_task {
         t.abort();
     }
     tracing::info!("mvp-ext-proc stopped");
     Ok(())
+}
+
+/// Follows the cluster's own membership objects and keeps `members` =
+/// seed ∪ what they name.
+async fn follow_cluster(
+    k: &KubeOptions,
+    seed: Vec<apiservers::ApiserverSpec>,
+    scheme: &'static str,
+    members: tokio::sync::watch::Sender<membership::MemberSet>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use membership::kube::{Source, follow_endpoints, follow_leases};
+    let client = membership::kube::client(k).await?;
+    let (endpoints_tx, mut endpoints) = tokio::sync::watch::channel(Vec::new());
+    let (leases_tx, mut leases) = tokio::sync::watch::channel(Vec::new());
+    let mut tasks = Vec::new();
+    if k.sources.contains(&Source::Endpoints) {
+        tasks.push(tokio::spawn(follow_endpoints(client.clone(), endpoints_tx.clone())));
+    }
+    if k.sources.contains(&Source::Leases) {
+        tasks.push(tokio::spawn(follow_leases(client, k.lease_stale_after, leases_tx.clone())));
+    }
+    tracing::info!(sources = ?k.sources, kubeconfig = ?k.kubeconfig, "following the cluster's apiserver membership");
+    Ok(tokio::spawn(async move {
+        let _tasks = AbortOnDrop(tasks);
+        // Held here, so `changed` waits for a change, never for a source
+        // that is off.
+        let _senders = (endpoints_tx, leases_tx);
+        loop {
+            let next = {
+                let (e, l) = (endpoints.borrow_and_update(), leases.borrow_and_update());
+                membership::combine::combine(&seed, &[&l, &e], scheme)
+            };
+            members.send_if_modified(|cur| {
+                let changed = **cur != *next;
+                if changed {
+                    *cur = next;
+                }
+                changed
+            });
+            tokio::select! {
+                _ = endpoints.changed() => {}
+                _ = leases.changed() => {}
+            }
+        }
+    }))
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|t| t.abort());
+    }
 }
 
 /// The TLS files' contents, digested into the clusters (see

@@ -8,6 +8,7 @@
 //! lease, else by its address.
 
 pub mod combine;
+pub mod kube;
 
 use std::sync::Arc;
 

@@ -9,7 +9,24 @@ use clap::Parser;
 use integration::fake::auth::AuthConfig;
 use integration::fake::fixtures::Documents;
 use integration::fake::tls::TlsServing;
+use integration::fake::membership::ClusterState;
 use integration::fake::server::{FakeState, router};
+
+/// SIGTERM as kube-apiserver takes it: not ready and out of the Endpoints
+/// at once, still serving for the shutdown delay, then gone (watches and
+/// connections end with the process).
+async fn graceful_shutdown(state: FakeState, delay: std::time::Duration) {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+    term.recv().await;
+    tracing::info!(?delay, "SIGTERM: /readyz fails, serving until the shutdown delay ends");
+    state.shutting_down.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(c) = &state.cluster {
+        c.leave();
+    }
+    tokio::time::sleep(delay).await;
+    tracing::info!("shutdown delay over: stopping");
+    std::process::exit(0);
+}
 
 #[derive(Parser)]
 #[command(name = "fake-apiserver", about = "Serves one Kubernetes release's discovery documents like kube-apiserver")]
@@ -60,6 +77,16 @@ struct Args {
     requestheader_client_ca_file: Option<PathBuf>,
     #[arg(long, value_delimiter = ',')]
     requestheader_allowed_names: Vec<String>,
+    /// Directory the control plane's fakes share as their etcd: this one
+    /// registers in the `default/kubernetes` Endpoints and renews its
+    /// identity Lease there, and serves both (list and watch).
+    #[arg(long, value_name = "DIR")]
+    cluster_state: Option<PathBuf>,
+    /// kube-apiserver's --shutdown-delay-duration: at SIGTERM, /readyz
+    /// fails and the endpoint is withdrawn at once, requests are served for
+    /// this long, then the listener closes.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    shutdown_delay: std::time::Duration,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -90,8 +117,15 @@ async fn main() -> anyhow::Result<()> {
         apis_override: Default::default(),
         hang_discovery: Default::default(),
         auth,
+        cluster: None,
+        shutting_down: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+    let mut state = state;
+    if let Some(dir) = &a.cluster_state {
+        state.cluster = Some(ClusterState::join(dir, &a.name, a.listen).with_context(|| format!("--cluster-state {}", dir.display()))?);
+    }
+    tokio::spawn(graceful_shutdown(state.clone(), a.shutdown_delay));
     tracing::info!(name = %a.name, release = %a.release, listen = %a.listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");
     match (&a.tls_cert_file, &a.tls_private_key_file) {
         (Some(cert), Some(key)) => {

@@ -7,6 +7,7 @@ mod control;
 mod discovery;
 mod openapi;
 pub mod fixtures;
+pub mod membership;
 mod resources;
 pub mod server;
 mod state;

@@ -46,6 +46,9 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     let docs = s.docs();
     let path = req.uri().path().to_string();
     let health = matches!(path.as_str(), "/healthz" | "/readyz" | "/livez");
+    if path.trim_end_matches('/') == "/readyz" && s.shutting_down.load(std::sync::atomic::Ordering::Relaxed) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "[-]shutdown failed: process is shutting down\nreadyz check failed\n").into_response();
+    }
     let user = s.auth.authenticate(req.extensions().get::<super::auth::ConnInfo>(), req.headers());
     let user = match (user, health) {
         (Some(u), _) => u,
@@ -56,6 +59,11 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
         return upgrade(&s, user, req).await;
     }
     let query = req.uri().query().unwrap_or("").to_string();
+    if let Some(cluster) = &s.cluster
+        && let Some((kind, name)) = super::membership::route(&path)
+    {
+        return super::membership::serve(cluster.clone(), kind, name, &query).await;
+    }
     let headers = req.headers().clone();
     let method = req.method().as_str().to_string();
     // kube-apiserver reads (decodes) a request's whole body before it

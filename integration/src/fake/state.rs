@@ -38,6 +38,11 @@ pub struct FakeState {
     /// Who may call: API requests (not health, not test control) that no
     /// configured authenticator accepts get kube's 401 Status.
     pub auth: super::auth::AuthConfig,
+    /// The control plane's shared membership objects (`--cluster-state`).
+    pub cluster: Option<Arc<super::membership::ClusterState>>,
+    /// Set at SIGTERM: `/readyz` fails while requests are still served for
+    /// the shutdown delay, as kube-apiserver does.
+    pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the fake counted, at `GET /__fake/stats`.

@@ -1,6 +1,7 @@
 //! Fake apiservers in a test topology: what each serves and how it
 //! authenticates, as `fake-apiserver` flags.
 
+use std::time::Duration;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -22,6 +23,10 @@ pub struct FakeSpec {
     pub aggregated_version: String,
     pub bearer_token: Option<String>,
     pub tls: Option<FakeTls>,
+    /// The control plane's shared membership directory (`--cluster-state`).
+    pub cluster_state: Option<PathBuf>,
+    /// kube's `--shutdown-delay-duration` (SIGTERM → not ready, serving).
+    pub shutdown_delay: Option<Duration>,
 }
 
 /// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
@@ -37,12 +42,19 @@ pub struct FakeTls {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
     pub fn with_tls(mut self, tls: FakeTls) -> FakeSpec {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Drains like kube-apiserver at SIGTERM: `/readyz` fails, requests are
+    /// served for `delay`, then it exits.
+    pub fn with_shutdown_delay(mut self, delay: Duration) -> FakeSpec {
+        self.shutdown_delay = Some(delay);
         self
     }
 
@@ -136,6 +148,12 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
             args.push("--token".into());
             args.push(tok.clone());
         }
+    }
+    if let Some(d) = &spec.cluster_state {
+        args.extend(["--cluster-state".into(), arg(d)]);
+    }
+    if let Some(d) = spec.shutdown_delay {
+        args.extend(["--shutdown-delay".into(), format!("{}ms", d.as_millis())]);
     }
     for gv in &spec.unlisted {
         args.push("--unlist-served-group-version".into());

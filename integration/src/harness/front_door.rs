@@ -34,6 +34,10 @@ pub struct Options {
     pub fixed_ports: Option<(Ports, Vec<u16>)>,
     /// Where process logs go; a temporary directory otherwise.
     pub dir: Option<PathBuf>,
+    /// Live membership: the fakes share membership objects (Endpoints,
+    /// identity Leases) and mvp-ext-proc follows these sources
+    /// (`endpoints`, `leases`, or `endpoints,leases`) besides its seed.
+    pub membership: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -47,6 +51,7 @@ impl Default for Options {
             tls: None,
             fixed_ports: None,
             dir: None,
+            membership: None,
         }
     }
 }
@@ -126,8 +131,9 @@ impl FrontDoor {
         };
         let mut fakes = Vec::new();
         for (spec, port) in specs.iter().zip(fake_ports) {
-            let proc = start_fake(dir.path(), spec, port)?;
-            fakes.push(Fake { spec: spec.clone(), port, proc });
+            let spec = with_cluster_state(dir.path(), &options, spec.clone());
+            let proc = start_fake(dir.path(), &spec, port)?;
+            fakes.push(Fake { spec, port, proc });
         }
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
         for f in &fakes {
@@ -144,11 +150,25 @@ impl FrontDoor {
 
     async fn launch(dir: Workdir, fakes: Vec<Fake>, apiservers: Vec<(String, String)>, ports: Ports, options: Options) -> Result<FrontDoor> {
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-        let mut topology = Topology::new(apiservers, ports);
+        let mut topology = Topology::new(apiservers.clone(), ports);
         topology.refresh_interval = options.refresh_interval;
         topology.state_file = Some(dir.path().join("mvp-ext-proc-state.json"));
         topology.tls = options.tls.clone();
         topology.serve_extra = options.ext_proc_args.clone();
+        if let (Some(sources), Some(first)) = (options.membership, apiservers.first()) {
+            // Read through the first seed, as any reachable apiserver.
+            let kubeconfig = dir.path().join("membership.kubeconfig");
+            std::fs::write(&kubeconfig, kubeconfig_yaml(&first.1))?;
+            topology.serve_extra.extend([
+                "--membership".into(),
+                sources.into(),
+                "--membership-kubeconfig".into(),
+                kubeconfig.to_string_lossy().into_owned(),
+                // Fakes renew every second.
+                "--lease-stale-after".into(),
+                "3s".into(),
+            ]);
+        }
         if let Some(token) = &options.discovery_token {
             let path = dir.path().join("discovery-token");
             std::fs::write(&path, token)?;
@@ -225,6 +245,26 @@ impl FrontDoor {
         .await
     }
 
+    /// Starts another fake apiserver on a free port (sharing the membership
+    /// directory when membership is live), waiting until it listens. It is
+    /// not a seed: only a membership source can make it a member.
+    pub async fn add_fake(&mut self, spec: FakeSpec) -> Result<&Fake> {
+        let port = free_ports(1).first().copied().context("no free port")?;
+        let spec = if self.fakes.iter().any(|f| f.spec.cluster_state.is_some()) {
+            FakeSpec { cluster_state: Some(self.dir.path().join("cluster")), ..spec }
+        } else {
+            spec
+        };
+        let proc = start_fake(self.dir.path(), &spec, port)?;
+        let addr = format!("127.0.0.1:{port}");
+        wait_for("the added fake apiserver to listen", Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(&addr).await.ok().map(|_| ())
+        })
+        .await?;
+        self.fakes.push(Fake { spec, port, proc });
+        self.fakes.last().context("just added")
+    }
+
     pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
         self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
     }
@@ -265,6 +305,21 @@ impl FrontDoor {
         let v = serde_json::from_slice(first_line).with_context(|| format!("{path}: body is not JSON: {}", String::from_utf8_lossy(&body)))?;
         Ok((status, v))
     }
+}
+
+fn with_cluster_state(dir: &Path, options: &Options, spec: FakeSpec) -> FakeSpec {
+    match options.membership {
+        Some(_) => FakeSpec { cluster_state: Some(dir.join("cluster")), ..spec },
+        None => spec,
+    }
+}
+
+/// A kubeconfig for reading the membership through `server` (the fakes
+/// take anonymous requests unless told otherwise).
+fn kubeconfig_yaml(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+    )
 }
 
 /// Edits the HTTP filter chain of a rendered bootstrap (for
