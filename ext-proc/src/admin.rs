@@ -92,6 +92,10 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 "url": st.spec.url.as_str(),
                 "address": st.address.map(|a| a.to_string()),
                 "healthy": st.healthy,
+                "ready": st.ready,
+                // Sent new requests (ready, read since, known to Envoy, a member).
+                "open": st.open,
+                "departed": st.departed.is_some(),
                 "release": st.version,
                 "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
                 "openapiV3Keys": st.openapi.as_ref().filter(|o| o.v3_index.is_some()).map(|o| o.v3_keys().count()),

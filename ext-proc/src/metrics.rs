@@ -145,6 +145,10 @@ impl Metrics {
             "ADS responses Envoy rejected (it keeps its last accepted configuration), by resource type",
             m.xds_nacks.clone(),
         );
+        // Present from the start, so an alert on them has a series to watch.
+        for kind in ["cluster", "endpoint"] {
+            let _ = m.xds_nacks.get_or_create(&TypeLabels { r#type: kind.into() });
+        }
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         Arc::new(m)
     }

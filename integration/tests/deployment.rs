@@ -209,6 +209,20 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
     for made in ["namespace/mvp-envoy created", "deployment.apps/mvp-envoy created", "service/mvp-envoy created", "configmap/mvp-envoy created", "role.rbac.authorization.k8s.io/mvp-envoy created"] {
         assert!(out.contains(made), "{made}: {out}");
     }
+    // The membership RBAC: exactly get/list/watch on those objects.
+    let rbac = root.join("deploy/rbac/membership.yaml");
+    let (ok, out) = kubectl(&["apply", "-f", rbac.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    for (verb, what, ns, allowed) in [
+        ("watch", "endpoints/kubernetes", "default", "yes"),
+        ("list", "leases.coordination.k8s.io", "kube-system", "yes"),
+        ("get", "endpoints/other", "default", "no"),
+        ("update", "leases.coordination.k8s.io", "kube-system", "no"),
+        ("list", "secrets", "kube-system", "no"),
+    ] {
+        let (_, out) = kubectl(&["auth", "can-i", verb, what, "-n", ns, "--as", "mvp-envoy"]);
+        assert_eq!(out.trim(), allowed, "mvp-envoy {verb} {what} in {ns}");
+    }
     let (ok, out) = kubectl(&["-n", "mvp-envoy", "get", "deployment", "mvp-envoy", "-o", "jsonpath={.spec.template.spec.containers[*].name}"]);
     assert!(ok && out == "mvp-ext-proc envoy", "{out}");
 

@@ -265,6 +265,21 @@ impl FrontDoor {
         self.fakes.last().context("just added")
     }
 
+    /// Another Envoy on its own ports with the same bootstrap, served by the
+    /// same mvp-ext-proc (several front doors behind an L4 balancer):
+    /// returns it and its topology once it is ready.
+    pub async fn another_envoy(&self) -> Result<(Proc, Topology)> {
+        let mut topology = self.topology.clone();
+        let free = free_ports(2);
+        topology.ports.listen = free.first().copied().context("no free port")?;
+        topology.ports.admin = free.get(1).copied().context("no free port")?;
+        let config = self.dir.path().join(format!("envoy-{}.yaml", topology.ports.listen));
+        std::fs::write(&config, topology.render_envoy_config()?)?;
+        let envoy = Proc::spawn(&format!("envoy-{}", topology.ports.listen), self.dir.path(), &envoy_bin()?, &Topology::envoy_args(&config, 1, "info"))?;
+        topology.wait_ready(&self.http).await?;
+        Ok((envoy, topology))
+    }
+
     pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
         self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
     }
