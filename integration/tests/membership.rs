@@ -238,3 +238,31 @@ async fn two_envoys_share_one_mvp_ext_proc() {
     assert!(metrics.contains("mvp_xds_streams 2"), "{metrics}");
     assert!(metrics.lines().filter(|l| l.starts_with("mvp_xds_nacks_total{")).all(|l| l.ends_with(" 0")), "an Envoy rejected a push: {metrics}");
 }
+
+/// A member that leaves every source (crashed: its lease is no longer
+/// renewed and its endpoint is gone) is closed at once: its exclusive API
+/// answers the 503 Status — never a 404 — for the departed retention.
+#[tokio::test]
+async fn a_departed_member_is_closed_and_its_apis_answer_503() {
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], Options { membership: Some("leases"), ..Options::default() })
+        .await
+        .unwrap();
+    door.add_fake(FakeSpec::new("v137", "v1.37")).await.unwrap();
+    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["open"] == true)))
+        .await
+        .unwrap();
+    let (status, v) = door.get_json(&door.http, EVICTIONS).await.unwrap();
+    assert_eq!((status, served_by(&v)), (200, "v137"));
+    door.fake_mut("v137").proc.kill();
+    // Not renewed for --lease-stale-after (3 s here): departed.
+    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["departed"] == true)))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let (status, v) = door.get_json(&door.http, EVICTIONS).await.unwrap();
+        assert_eq!((status, v["kind"].as_str()), (503, Some("Status")), "{v}");
+    }
+    let metrics = door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("mvp_membership_apiservers 2"), "{metrics}");
+    assert!(metrics.lines().any(|l| l.starts_with("mvp_membership_changes_total{change=\"departed\"} 1")), "{metrics}");
+}
