@@ -1,9 +1,10 @@
-//! apiservers → discover → table → publish: every apiserver is read by its
-//! own loop ([`poll`]: its own schedule, its own deadline), and one sync
-//! loop applies their reports and publishes a new table, merged `/apis` and
-//! merged OpenAPI only when something changed.
+//! membership → discover → table → publish: the sync loop follows the
+//! membership (joins, departures, restarts; this file), every member is
+//! read by its own loop ([`poll`]: its own schedule, its own deadline), the
+//! loop applies their reports to each member's [`state`], and
+//! [`publish`] rebuilds what changed: who is open, Envoy's endpoints, the
+//! table, merged `/apis` and OpenAPI, the state file ([`persist`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,9 @@ use std::collections::HashMap;
 use tokio::sync::{Notify, mpsc, watch};
 
 pub mod persist;
+mod publish;
+
+use publish::TableInput;
 pub mod poll;
 pub mod state;
 
@@ -24,8 +28,6 @@ use poll::MemberId;
 use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
 use crate::openapi::{MergedOpenApi, ServerOpenApi};
-use crate::routing_table;
-use crate::unchanged::{same, same_named};
 use state::ServerState;
 
 #[derive(Debug, Clone)]
@@ -401,179 +403,4 @@ impl Syncer {
         }
     }
 
-    /// Who is open now, and Envoy's endpoints for everyone the table names.
-    fn update_open_and_endpoints(&mut self) {
-        let accepted = self.xds.as_ref().map(|x| x.accepted.borrow().clone()).unwrap_or_default();
-        let mut members = 0;
-        for s in &mut self.slots {
-            let known = s.state.address.is_some_and(|a| accepted.covers(&a));
-            let open = s.state.may_open(known);
-            if open != s.state.open {
-                self.metrics.apiserver_open(&s.state.spec.name, open);
-            }
-            s.state.open = open;
-            members += usize::from(s.state.departed.is_none());
-        }
-        self.metrics.membership(members);
-        let Some(xds) = &mut self.xds else { return };
-        let endpoints: Vec<EndpointMember> = self
-            .slots
-            .iter()
-            .filter_map(|s| {
-                Some(EndpointMember { address: s.state.address?, name: s.state.spec.name.clone(), departed: s.state.departed.is_some() })
-            })
-            .collect();
-        if endpoints != xds.from {
-            xds.snapshot.send_replace(Snapshot::build(&xds.options, &endpoints));
-            xds.from = endpoints;
-        }
-    }
-
-    /// Publishes whatever the applied reports changed: the table depends
-    /// only on each member's view, OpenAPI index, health and address, the
-    /// merged documents only on views and OpenAPI documents — pointer
-    /// equality says unchanged, so an unchanged batch costs no rebuild.
-    async fn publish(&mut self) {
-        self.update_open_and_endpoints();
-        self.publish_table_if_changed().await;
-        self.rebuild_discovery().await;
-        self.rebuild_openapi().await;
-        self.persist().await;
-        self.states_tx.send_replace(Arc::new(self.states()));
-    }
-
-    async fn publish_table_if_changed(&mut self) {
-        let inputs: Vec<TableInput> = self.slots.iter().map(|s| TableInput::of(&s.state)).collect();
-        if inputs != self.table_from || self.table_tx.borrow().version == 0 {
-            self.publish_table().await;
-            self.table_from = inputs;
-        }
-    }
-
-    /// Merges every member's OpenAPI documents when some changed, on a
-    /// blocking thread (megabytes of JSON and protobuf).
-    async fn rebuild_openapi(&mut self) {
-        let inputs: Vec<(String, Arc<ServerOpenApi>)> =
-            self.slots.iter().map(|s| &s.state).filter(|s| s.address.is_some()).filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect();
-        let unchanged = same_named(&inputs, &self.openapi_from);
-        if unchanged {
-            return;
-        }
-        let started = Instant::now();
-        let built = {
-            let inputs = inputs.clone();
-            tokio::task::spawn_blocking(move || MergedOpenApi::build(&inputs)).await
-        };
-        let Ok(merged) = built else {
-            tracing::error!("OpenAPI merge did not complete; keeping the last merged documents");
-            return;
-        };
-        let bytes = |m: &Option<crate::openapi::Merged>| m.as_ref().map_or(0, |m| m.body.identity.len());
-        tracing::info!(
-            sources = ?merged.sources,
-            v2_json_bytes = bytes(&merged.v2_json),
-            v2_protobuf_bytes = bytes(&merged.v2_protobuf),
-            v3_index_bytes = bytes(&merged.v3_index),
-            took = ?started.elapsed(),
-            "merged OpenAPI rebuilt"
-        );
-        self.openapi_tx.send_replace(Arc::new(merged));
-        self.openapi_from = inputs;
-    }
-
-    /// Writes the state file when some member's view changed.
-    /// Serialising megabytes of views and writing them happens on a
-    /// blocking thread.
-    async fn persist(&mut self) {
-        let Some(p) = self.persisted.clone() else { return };
-        let views: Vec<Option<Arc<ServerView>>> = self.slots.iter().map(|s| s.state.view.clone()).collect();
-        let same = views.len() == self.persisted_from.len()
-            && views.iter().zip(&self.persisted_from).all(|(a, b)| same(a, b));
-        if same {
-            return;
-        }
-        let members: Vec<(String, String, Arc<ServerView>)> =
-            self.slots.iter().map(|s| &s.state).filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?))).collect();
-        let saved = tokio::task::spawn_blocking(move || p.save(members.iter().map(|(n, u, v)| (n.as_str(), u.as_str(), &**v))))
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
-        match saved {
-            Ok(()) => self.persisted_from = views,
-            Err(e) => tracing::warn!(error = %e, "cannot write the state file; trying again on the next round"),
-        }
-    }
-
-    /// Built on a blocking thread: a CRD-heavy table is large enough to
-    /// stall ext_proc answers on the runtime.
-    async fn publish_table(&mut self) {
-        let states = self.states();
-        let Ok(new) = tokio::task::spawn_blocking(move || routing_table::build(states.iter().map(ServerState::member))).await else {
-            tracing::error!("routing table build did not complete; keeping the last table");
-            return;
-        };
-        if new.version != self.table_tx.borrow().version {
-            tracing::info!(
-                version = format!("{:016x}", new.version),
-                apiservers = new.apiservers.len(),
-                resources = routing_table::resource_count(&new),
-                "routing table changed"
-            );
-            self.metrics.table_changed(&new);
-            self.table_tx.send_replace(Arc::new(new));
-            self.table_changed_tx.send_replace(std::time::SystemTime::now());
-        }
-    }
-
-    /// Merges the same servers routing uses (healthy, or unhealthy with
-    /// their last known API set), and only when one of their views changed:
-    /// views are replaced only when different, so pointer equality means
-    /// unchanged. The merge runs on a blocking thread: a CRD-heavy document
-    /// takes long enough to stall ext_proc answers on the runtime.
-    async fn rebuild_discovery(&mut self) {
-        let inputs: Vec<(String, Arc<ServerView>)> = self
-            .slots
-            .iter()
-            .map(|s| &s.state)
-            .filter(|s| s.address.is_some())
-            .filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?)))
-            .collect();
-        let unchanged = same_named(&inputs, &self.merged_from);
-        if unchanged && self.merged_tx.borrow().is_some() {
-            return;
-        }
-        let servers = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
-        let started = Instant::now();
-        let Ok(doc) = tokio::task::spawn_blocking(move || MergedDocument::build(&servers)).await else {
-            tracing::error!("peer-aggregated merge did not complete; keeping the last merged document");
-            return;
-        };
-        self.metrics.peer_aggregated_cache_miss();
-        tracing::info!(
-            etag = %doc.etag.get(1..17).unwrap_or(""),
-            groups = doc.items.len(),
-            bytes = doc.json.identity.len(),
-            sources = ?doc.sources,
-            took = ?started.elapsed(),
-            "peer-aggregated discovery rebuilt"
-        );
-        self.merged_tx.send_replace(Some(Arc::new(doc)));
-        self.merged_from = inputs;
-    }
-}
-
-/// One member's part in the table: its view and OpenAPI documents (by
-/// identity: held, so their addresses cannot be reused by others), health
-/// and address.
-struct TableInput(String, Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, bool, Option<SocketAddr>);
-
-impl TableInput {
-    fn of(s: &ServerState) -> TableInput {
-        TableInput(s.spec.name.clone(), s.view.clone(), s.openapi.clone(), s.healthy, s.open, s.address)
-    }
-}
-
-impl PartialEq for TableInput {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0 && same(&self.1, &other.1) && same(&self.2, &other.2) && (self.3, self.4, self.5) == (other.3, other.4, other.5)
-    }
 }
