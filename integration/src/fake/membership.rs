@@ -24,6 +24,8 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::state::json_response;
+
 /// How often a running fake renews its lease (kube: 10 s; faster here so
 /// tests judge staleness in seconds).
 pub const RENEW_EVERY: Duration = Duration::from_secs(1);
@@ -201,14 +203,14 @@ pub async fn serve(s: Arc<ClusterState>, kind: Kind, name: Option<String>, query
     if !watch {
         if let Some(n) = &name {
             return match all.get(n) {
-                Some(o) => json(StatusCode::OK, o),
-                None => json(StatusCode::NOT_FOUND, &super::state::status_json(404, "NotFound", &format!("\"{n}\" not found"))),
+                Some(o) => json_response(StatusCode::OK, o),
+                None => json_response(StatusCode::NOT_FOUND, &super::state::status_json(404, "NotFound", &format!("\"{n}\" not found"))),
             };
         }
         let list_kind = if kind == Kind::Endpoints { "EndpointsList" } else { "LeaseList" };
         let api_version = if kind == Kind::Endpoints { "v1" } else { "coordination.k8s.io/v1" };
         let rv = list_version(&all);
-        return json(StatusCode::OK, &json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": rv}, "items": all.values().collect::<Vec<_>>()}));
+        return json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": rv}, "items": all.values().collect::<Vec<_>>()}));
     }
     let from = query_value(query, "resourceVersion").unwrap_or("");
     let timeout = query_value(query, "timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(290u64);
@@ -278,10 +280,6 @@ fn watch_stream(
             }
         }
     })
-}
-
-fn json(status: StatusCode, v: &Value) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(v).unwrap_or_default()).into_response()
 }
 
 #[cfg(test)]
