@@ -62,6 +62,7 @@ pub struct Metrics {
     xds_streams: Gauge,
     xds_pushes: Family<TypeLabels, Counter>,
     xds_nacks: Family<TypeLabels, Counter>,
+    peer_tls_reloads: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -86,6 +87,7 @@ impl Metrics {
             xds_streams: Gauge::default(),
             xds_pushes: Family::default(),
             xds_nacks: Family::default(),
+            peer_tls_reloads: Family::default(),
         };
         registry.register(
             "apiserver_peer_discovery_sync_errors",
@@ -145,10 +147,16 @@ impl Metrics {
             "ADS responses Envoy rejected (it keeps its last accepted configuration), by resource type",
             m.xds_nacks.clone(),
         );
+        registry.register(
+            "mvp_peer_tls_reloads",
+            "Changes of the peer TLS files (CA, proxy client certificate and key), by result: loaded, or rejected (the last good credentials stay in use)",
+            m.peer_tls_reloads.clone(),
+        );
         // Present from the start, so an alert on them has a series to watch.
         for kind in ["cluster", "endpoint"] {
             let _ = m.xds_nacks.get_or_create(&TypeLabels { r#type: kind.into() });
         }
+        let _ = m.peer_tls_reloads.get_or_create(&ResultLabels { result: "rejected".into() });
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         Arc::new(m)
     }
@@ -224,6 +232,10 @@ impl Metrics {
 
     pub fn xds_nack(&self, kind: &str) {
         self.xds_nacks.get_or_create(&TypeLabels { r#type: kind.into() }).inc();
+    }
+
+    pub fn peer_tls_reload(&self, result: &str) {
+        self.peer_tls_reloads.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     pub fn encode(&self) -> String {

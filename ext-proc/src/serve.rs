@@ -52,7 +52,15 @@ pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
 
 async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let metrics = Metrics::new();
-    let transport = Transport::new(o.discovery_token_file.as_deref(), o.peer_tls.as_ref(), &o.username_header)?;
+    let rotation = match &o.peer_tls {
+        Some(p) => Some(crate::tls::reload::follow(p.clone(), metrics.clone())?),
+        None => None,
+    };
+    let transport = Transport::new(
+        o.discovery_token_file.as_deref(),
+        o.peer_tls.as_ref().zip(rotation.as_ref().map(|(r, _)| r.client_config.clone())),
+        &o.username_header,
+    )?;
     let options = SyncOptions {
         interval: o.refresh_interval,
         discovery: o.discovery,
@@ -67,13 +75,19 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     };
     let (syncer, published) = Syncer::new(&seed, transport, options, metrics.clone());
     let cluster_options = ClusterOptions {
-        tls_files_digest: o.peer_tls.as_ref().map(tls_files_digest).unwrap_or_default(),
+        tls_files_digest: rotation.as_ref().map(|(r, _)| r.digest.borrow().clone()).unwrap_or_default(),
         peer_tls: o.peer_tls.clone(),
         username_header: o.username_header.clone(),
     };
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::build(&cluster_options, &[]));
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
-    let syncer = syncer.with_xds(XdsPublisher { options: cluster_options, snapshot: snapshot_tx, accepted, from: vec![] });
+    let syncer = syncer.with_xds(XdsPublisher {
+        options: cluster_options,
+        tls_files: rotation.as_ref().map(|(r, _)| r.digest.clone()),
+        snapshot: snapshot_tx,
+        accepted,
+        from: vec![],
+    });
 
     let grpc = tokio::net::TcpListener::bind(o.grpc_listen)
         .await
@@ -108,6 +122,9 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         t.abort();
     }
     sync_task.abort();
+    if let Some((_, t)) = rotation {
+        t.abort();
+    }
     if let Some(t) = admin_task {
         t.abort();
     }
@@ -166,18 +183,6 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.iter().for_each(|t| t.abort());
     }
-}
-
-/// The TLS files' contents, digested into the clusters (see
-/// [`ClusterOptions::tls_files_digest`]).
-fn tls_files_digest(p: &PeerTls) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    let files = std::iter::once(&p.ca_file).chain(p.client.iter().flat_map(|(c, k, _)| [c, k]));
-    for f in files {
-        h.update(std::fs::read(f).unwrap_or_default());
-    }
-    hex::encode(&h.finalize()[..8])
 }
 
 /// Accepted connections with TCP_NODELAY: every ext_proc and GetTable

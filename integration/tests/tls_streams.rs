@@ -5,11 +5,10 @@
 
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use integration::harness::secure::{TOKEN, kubeconfig, setup, strings, user};
-use integration::harness::{Options, kubectl_137, served_by, tls_client_config};
+use integration::harness::secure::{TOKEN, connect, kubeconfig, setup, strings, user};
+use integration::harness::{Options, kubectl_137, served_by};
 use serde_json::Value;
 
 /// Served only by v1.37, and by everyone.
@@ -27,16 +26,7 @@ async fn exec_over_websocket_and_portforward_over_spdy_carry_the_identity() {
 
     let s = setup(Options::default()).await;
     let alice = s.pki.clients.client(s.pki_dir.path(), "alice", "alice", &["dev"]).unwrap();
-    let config = Arc::new(tls_client_config(&s.pki.serving.cert_file, Some(&alice), &[b"http/1.1"]).unwrap());
-    let connect = || {
-        let config = config.clone();
-        let port = s.door.listen_port;
-        async move {
-            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-            tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.unwrap()
-        }
-    };
+    let connect = || async { connect(&s.door, Some(&alice)).await.unwrap() };
 
     // WebSocket exec.
     let url = format!("wss://127.0.0.1:{}/api/v1/namespaces/default/pods/p1/exec?command=sh&stdin=true&stdout=true", s.door.listen_port);

@@ -70,8 +70,8 @@ pub enum DiscoveryError {
 pub struct Discoverer {
     spec: ApiserverSpec,
     transport: Transport,
-    /// The TLS client for the address it was built for.
-    connected: Option<(SocketAddr, reqwest::Client)>,
+    /// The TLS client for the address and credentials it was built with.
+    connected: Option<(SocketAddr, Arc<rustls::ClientConfig>, reqwest::Client)>,
     base: String,
     options: DiscoveryOptions,
     /// Each aggregated root's ETag and view: a 304 hands back the same `Arc`.
@@ -118,8 +118,10 @@ impl Discoverer {
             Transport::Plain(c) => Ok(c.clone()),
             Transport::Tls { config, server_name, identity, headers } => {
                 let addr = address.ok_or_else(|| fail("no resolved address yet".into()))?;
-                if let Some((a, c)) = &self.connected
+                let config = config.borrow().clone();
+                if let Some((a, with, c)) = &self.connected
                     && *a == addr
+                    && Arc::ptr_eq(with, &config)
                 {
                     return Ok(c.clone());
                 }
@@ -130,7 +132,7 @@ impl Discoverer {
                     headers.insert(name, value);
                 }
                 let client = reqwest::Client::builder()
-                    .use_preconfigured_tls((**config).clone())
+                    .use_preconfigured_tls((*config).clone())
                     .resolve(server_name, addr)
                     .default_headers(headers)
                     .no_proxy()
@@ -138,7 +140,7 @@ impl Discoverer {
                     .build()
                     .map_err(|e| fail(e.to_string()))?;
                 self.base = format!("https://{server_name}:{}", self.spec.port());
-                self.connected = Some((addr, client.clone()));
+                self.connected = Some((addr, config, client.clone()));
                 Ok(client)
             }
         }

@@ -21,7 +21,9 @@ pub enum Transport {
     /// mTLS like Envoy's: connect to the apiserver's resolved address, send
     /// SNI `server_name` and require a certificate for it from the peer CA.
     Tls {
-        config: Arc<rustls::ClientConfig>,
+        /// The last good credentials: they follow rotated files (see
+        /// [`crate::tls::reload`]).
+        config: tokio::sync::watch::Receiver<Arc<rustls::ClientConfig>>,
         server_name: String,
         /// (header, user) naming who asks, when the proxy client certificate
         /// makes the apiserver trust requestheaders.
@@ -33,8 +35,13 @@ pub enum Transport {
 impl Transport {
     /// `token_file`: a bearer token for every discovery request.
     /// `username_header`: the requestheader user name, sent with the proxy
-    /// client certificate.
-    pub fn new(token_file: Option<&Path>, peer_tls: Option<&PeerTls>, username_header: &str) -> anyhow::Result<Transport> {
+    /// client certificate. `peer_tls`: the TLS settings and the client
+    /// configuration to follow.
+    pub fn new(
+        token_file: Option<&Path>,
+        peer_tls: Option<(&PeerTls, tokio::sync::watch::Receiver<Arc<rustls::ClientConfig>>)>,
+        username_header: &str,
+    ) -> anyhow::Result<Transport> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(path) = token_file {
             let token = std::fs::read_to_string(path)
@@ -59,8 +66,8 @@ impl Transport {
                     .build()
                     .context("building the discovery HTTP client")?,
             ),
-            Some(p) => Transport::Tls {
-                config: Arc::new(p.client_config()?),
+            Some((p, config)) => Transport::Tls {
+                config,
                 server_name: p.server_name.clone(),
                 identity: p.client.as_ref().map(|_| (username_header.to_string(), DISCOVERY_USER.to_string())),
                 headers,

@@ -107,6 +107,9 @@ impl Drop for Slot {
 /// Where the sync loop sends Envoy's endpoints (ADS).
 pub struct XdsPublisher {
     pub options: ClusterOptions,
+    /// The peer TLS files' digest as they rotate
+    /// ([`crate::tls::reload`]): a change is a new cluster version.
+    pub tls_files: Option<watch::Receiver<String>>,
     pub snapshot: watch::Sender<Arc<Snapshot>>,
     pub accepted: watch::Receiver<Accepted>,
     /// The members the current snapshot was built from.
@@ -288,6 +291,7 @@ impl Syncer {
     pub async fn run(mut self, mut members: watch::Receiver<MemberSet>) {
         let Some(mut rx) = self.reports_rx.take() else { return };
         let mut accepted = self.xds.as_ref().map(|x| x.accepted.clone());
+        let mut tls_files = self.xds.as_ref().and_then(|x| x.tls_files.clone());
         let mut waiting: Vec<MemberId> = self.slots.iter().filter(|s| s.task.is_some()).map(|s| s.id).collect();
         let initial = members.borrow_and_update().clone();
         self.reconcile(&initial);
@@ -322,6 +326,12 @@ impl Syncer {
                         None => std::future::pending().await,
                     }
                 } => {}
+                Some(digest) = async {
+                    match tls_files.as_mut() {
+                        Some(t) => t.changed().await.ok().map(|()| t.borrow_and_update().clone()),
+                        None => std::future::pending().await,
+                    }
+                } => self.rotate_tls_files(digest),
                 _ = retention.tick() => self.forget_expired(),
             }
             waiting.retain(|id| self.slots.iter().any(|s| s.id == *id && s.task.is_some()));

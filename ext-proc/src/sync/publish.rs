@@ -45,6 +45,16 @@ impl Syncer {
         }
     }
 
+    /// The peer TLS files changed: Envoy's clusters get a new version, so
+    /// Envoy loads the files again.
+    pub(super) fn rotate_tls_files(&mut self, digest: String) {
+        let Some(xds) = &mut self.xds else { return };
+        if xds.options.tls_files_digest != digest {
+            xds.options.tls_files_digest = digest;
+            xds.snapshot.send_replace(Snapshot::build(&xds.options, &xds.from));
+        }
+    }
+
     /// Publishes whatever the applied reports changed: the table depends
     /// only on each member's view, OpenAPI index, health and address, the
     /// merged documents only on views and OpenAPI documents — pointer

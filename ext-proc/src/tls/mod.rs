@@ -11,6 +11,7 @@
 
 mod front;
 mod peer;
+pub mod reload;
 mod requestheader;
 
 use std::path::{Path, PathBuf};

@@ -158,7 +158,7 @@ impl FrontDoor {
         if let (Some(sources), Some(first)) = (options.membership, apiservers.first()) {
             // Read through the first seed, as any reachable apiserver.
             let kubeconfig = dir.path().join("membership.kubeconfig");
-            std::fs::write(&kubeconfig, kubeconfig_yaml(&first.1))?;
+            std::fs::write(&kubeconfig, kubeconfig_yaml(&first.1, options.tls.as_deref()))?;
             topology.serve_extra.extend([
                 "--membership".into(),
                 sources.into(),
@@ -329,11 +329,18 @@ fn with_cluster_state(dir: &Path, options: &Options, spec: FakeSpec) -> FakeSpec
     }
 }
 
-/// A kubeconfig for reading the membership through `server` (the fakes
-/// take anonymous requests unless told otherwise).
-fn kubeconfig_yaml(server: &str) -> String {
+/// A kubeconfig for reading the membership through `server`: anonymous
+/// for plain fakes; with TLS, the serving CA and the TLS fakes' token.
+fn kubeconfig_yaml(server: &str, tls: Option<&Pki>) -> String {
+    let (ca, user) = match tls {
+        Some(pki) => (
+            format!("\n    certificate-authority: {}", pki.serving.cert_file.display()),
+            format!("\n    token: {}", super::secure::TOKEN),
+        ),
+        None => (String::new(), " {}".to_string()),
+    };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}{ca}\nusers:\n- name: u\n  user:{user}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
     )
 }
 

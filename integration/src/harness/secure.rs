@@ -42,6 +42,16 @@ pub async fn setup(options: Options) -> Setup {
     Setup { pki_dir, pki, door }
 }
 
+/// A TLS connection to the front door presenting `identity`, for upgraded
+/// streams (WebSocket exec, SPDY port-forward) a test drives by hand.
+pub async fn connect(door: &FrontDoor, identity: Option<&Leaf>) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let pki = door.tls.as_ref().ok_or_else(|| anyhow::anyhow!("not a TLS front door"))?;
+    let config = super::tls_client_config(&pki.serving.cert_file, identity, &[b"http/1.1"])?;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", door.listen_port)).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await?)
+}
+
 /// The identity a fake apiserver authenticated: (user, groups, how).
 pub fn user(v: &Value) -> (String, Vec<String>, String) {
     let u = &v["servedBy"]["user"];
