@@ -95,6 +95,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 "ready": st.ready,
                 // Sent new requests (ready, read since, known to Envoy, a member).
                 "open": st.open,
+                "pending": st.pending,
                 "departed": st.departed.is_some(),
                 "release": st.version,
                 "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),

@@ -138,6 +138,18 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
             hosts: None,
             reason: "not a path the front door routes: every apiserver answers it itself (kube serves it locally too)".into(),
         },
+        (Some(w), None | Some(0)) if rt.pending() => {
+            let pending: Vec<&str> = table.apiservers.iter().filter(|a| a.closed && a.pending).map(|a| a.name.as_str()).collect();
+            Decision {
+                action: "unavailable".into(),
+                hosts: None,
+                reason: format!(
+                    "no apiserver is known to serve {w}, but what {} serve{} now is not known yet (restarting, draining or not read): the 503 Status until it is, never a 404",
+                    pending.join(", "),
+                    if pending.len() == 1 { "s" } else { "" }
+                ),
+            }
+        }
         (Some(w), None | Some(0)) => Decision {
             action: "loadBalanced".into(),
             hosts: None,
@@ -235,5 +247,15 @@ mod tests {
         let e = explain(&sample(), "GET", "/version").unwrap();
         assert!(e.decision.reason.contains("not a path the front door routes"));
         assert!(explain(&pb::RoutingTable::default(), "GET", "/").is_err(), "no table yet");
+    }
+
+    #[test]
+    fn an_unknown_api_while_a_member_is_pending_is_unavailable() {
+        let mut t = sample();
+        t.apiservers[2].closed = true;
+        t.apiservers[2].pending = true;
+        let e = explain(&t, "GET", "/apis/unknown.example/v1/things").unwrap();
+        assert_eq!(e.decision.action, "unavailable");
+        assert!(e.decision.reason.contains("what c serves now is not known") && e.decision.reason.contains("503"), "{}", e.decision.reason);
     }
 }

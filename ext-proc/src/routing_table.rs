@@ -43,6 +43,8 @@ pub struct Member<'a> {
     /// Sent new requests (see `sync::state`); a closed member's API set
     /// still counts.
     pub open: bool,
+    /// Closed and what it serves now is unknown (see `sync::state`).
+    pub pending: bool,
     /// What it serves (its last good view), if anything is known.
     pub capabilities: Option<&'a Capabilities>,
     /// Its OpenAPI documents, if read.
@@ -90,6 +92,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                 address: s.address.map(|a| a.to_string()).unwrap_or_default(),
                 healthy: s.healthy,
                 closed: !s.open,
+                pending: !s.open && s.pending,
             })
             .collect(),
         groups: groups

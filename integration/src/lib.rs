@@ -5,3 +5,4 @@ pub mod bench;
 pub mod fake;
 pub mod harness;
 pub mod pki;
+pub mod soak;

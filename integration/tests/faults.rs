@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use integration::harness::process::rss_kib;
 use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
 use serde_json::Value;
 
@@ -102,11 +103,6 @@ fn load(door: &FrontDoor, clients: usize, stop: Arc<AtomicBool>, tally: Arc<Tall
 async fn after_requests(tally: &Tally, n: u64) {
     let target = tally.total() + n;
     wait_for("the load to make progress", Duration::from_secs(60), || async { (tally.total() >= target).then_some(()) }).await.unwrap();
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
 fn three() -> Vec<FakeSpec> {

@@ -57,3 +57,30 @@ fn every_request_names_what_it_is_routed_by() {
     assert_eq!(key("/apis/unknown.example/v1/things"), "unknown.example/v1/things");
     assert_eq!(key("/healthz"), "");
 }
+
+#[test]
+fn an_unknown_api_is_unavailable_while_a_members_api_set_is_unknown() {
+    // c is restarting: closed and pending. It may come back serving more.
+    let mut p = sample();
+    p.apiservers[2].closed = true;
+    p.apiservers[2].pending = true;
+    let t = RouteTable::from_proto(&p).unwrap();
+    let cases: &[(&str, Option<&str>)] = &[
+        ("/apis/unknown.example/v1/things", Some(UNAVAILABLE)),
+        ("/apis/unknown.example/v1", Some(UNAVAILABLE)),
+        ("/apis/apps/v2/deployments", Some(UNAVAILABLE)),
+        ("/openapi/v3/apis/unknown.example/v1", Some(UNAVAILABLE)),
+        // Known APIs route as before; non-resource paths are never touched.
+        ("/apis/apps/v1/namespaces/ns/deployments/d/scale", Some("127.0.0.1:1001")),
+        ("/apis", None),
+        ("/healthz", None),
+        ("/version", None),
+    ];
+    for (path, want) in cases {
+        assert_eq!(decide(&t, path.as_bytes(), 0), *want, "{path}");
+    }
+    // Closed for good (departed): not pending, the 404 again.
+    p.apiservers[2].pending = false;
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(decide(&t, b"/apis/unknown.example/v1/things", 0), None);
+}

@@ -86,6 +86,9 @@ pub struct RouteTable {
     all: ServerSet,
     /// Every member is open: a request every member serves needs no pin.
     all_open: bool,
+    /// Some member's current API set is unknown (`Apiserver.pending`): a
+    /// request for an API the table does not know is answered 503, not 404.
+    pending: bool,
     groups: HashMap<Box<[u8]>, Group>,
     /// `/openapi/v3/{key}` → the servers whose index lists it.
     openapi_v3: HashMap<Box<[u8]>, ServerSet>,
@@ -126,6 +129,7 @@ impl RouteTable {
             version: t.version,
             all,
             all_open: t.apiservers.iter().all(|a| !a.closed),
+            pending: t.apiservers.iter().any(|a| a.closed && a.pending),
             ..RouteTable::default()
         };
         for g in &t.groups {
@@ -195,6 +199,12 @@ impl RouteTable {
             RouteKey::OpenApiV3 { key } => self.openapi_v3.get(key).copied(),
             RouteKey::None => None,
         }
+    }
+
+    /// Whether a member's current API set is unknown, so an API the table
+    /// does not know may be about to be served (see `Apiserver.pending`).
+    pub fn pending(&self) -> bool {
+        self.pending
     }
 
     /// The upstreams a request for `set` is pinned to, or `None` to leave it

@@ -11,6 +11,7 @@ pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
         address: addr.into(),
         healthy,
         closed: false,
+        pending: false,
     }
 }
 

@@ -21,13 +21,14 @@ impl Syncer {
     fn update_open_and_endpoints(&mut self) {
         let accepted = self.xds.as_ref().map(|x| x.accepted.borrow().clone()).unwrap_or_default();
         let mut members = 0;
+        let now = Instant::now();
         for s in &mut self.slots {
             let known = s.state.address.is_some_and(|a| accepted.covers(&a));
             let open = s.state.may_open(known);
             if open != s.state.open {
                 self.metrics.apiserver_open(&s.state.spec.name, open);
             }
-            s.state.open = open;
+            s.state.set_open(open, now, self.options.departed_retention);
             members += usize::from(s.state.departed.is_none());
         }
         self.metrics.membership(members);
@@ -190,11 +191,11 @@ impl Syncer {
 /// One member's part in the table: its view and OpenAPI documents (by
 /// identity: held, so their addresses cannot be reused by others), health
 /// and address.
-pub(super) struct TableInput(String, Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, bool, Option<SocketAddr>);
+pub(super) struct TableInput(String, Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, (bool, bool), Option<SocketAddr>);
 
 impl TableInput {
     fn of(s: &ServerState) -> TableInput {
-        TableInput(s.spec.name.clone(), s.view.clone(), s.openapi.clone(), s.healthy, s.open, s.address)
+        TableInput(s.spec.name.clone(), s.view.clone(), s.openapi.clone(), s.healthy, (s.open, s.pending), s.address)
     }
 }
 

@@ -63,6 +63,13 @@ pub struct ServerState {
     pub incarnation: Option<String>,
     /// Derived when the table is built: sent new requests.
     pub open: bool,
+    /// Since when it has been closed (from the start until first opened).
+    pub closed_since: Option<Instant>,
+    /// Derived with `open`: closed, still a member, and closed for less than
+    /// the departed retention — what it serves now is unknown, so an API
+    /// nobody is known to serve answers 503 rather than 404
+    /// (`Apiserver.pending` in the table).
+    pub pending: bool,
 }
 
 impl ServerState {
@@ -82,6 +89,8 @@ impl ServerState {
             departed: None,
             incarnation: None,
             open: false,
+            closed_since: Some(Instant::now()),
+            pending: true,
         }
     }
 
@@ -89,6 +98,17 @@ impl ServerState {
     /// `known_to_envoy` says every connected Envoy has its endpoint.
     pub fn may_open(&self, known_to_envoy: bool) -> bool {
         self.departed.is_none() && self.ready && self.current && (!self.gated || known_to_envoy)
+    }
+
+    /// Derives `open` (see [`ServerState::may_open`]) and `pending`.
+    pub fn set_open(&mut self, open: bool, now: Instant, retention: std::time::Duration) {
+        if open {
+            self.closed_since = None;
+        } else if self.open || self.closed_since.is_none() {
+            self.closed_since = Some(now);
+        }
+        self.open = open;
+        self.pending = !open && self.departed.is_none() && self.closed_since.is_some_and(|at| now.duration_since(at) < retention);
     }
 
     /// Not ready: closed until it is ready and read again.
@@ -126,6 +146,7 @@ impl ServerState {
             address: self.address,
             healthy: self.healthy,
             open: self.open,
+            pending: self.pending,
             capabilities: self.view.as_deref().map(|v| &v.capabilities),
             openapi: self.openapi.as_deref(),
         }

@@ -38,6 +38,10 @@ pub struct Options {
     /// identity Leases) and mvp-ext-proc follows these sources
     /// (`endpoints`, `leases`, or `endpoints,leases`) besides its seed.
     pub membership: Option<&'static str>,
+    /// With live membership: only the first this many fakes are
+    /// `--apiserver` seeds; the others are members only while the cluster's
+    /// objects name them (all fakes are seeds otherwise).
+    pub seeds: Option<usize>,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             fixed_ports: None,
             dir: None,
             membership: None,
+            seeds: None,
         }
     }
 }
@@ -150,7 +155,11 @@ impl FrontDoor {
 
     async fn launch(dir: Workdir, fakes: Vec<Fake>, apiservers: Vec<(String, String)>, ports: Ports, options: Options) -> Result<FrontDoor> {
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-        let mut topology = Topology::new(apiservers.clone(), ports);
+        let seeds = match (options.membership, options.seeds) {
+            (Some(_), Some(n)) => apiservers.iter().take(n).cloned().collect(),
+            _ => apiservers.clone(),
+        };
+        let mut topology = Topology::new(seeds, ports);
         topology.refresh_interval = options.refresh_interval;
         topology.state_file = Some(dir.path().join("mvp-ext-proc-state.json"));
         topology.tls = options.tls.clone();
@@ -269,12 +278,18 @@ impl FrontDoor {
     /// same mvp-ext-proc (several front doors behind an L4 balancer):
     /// returns it and its topology once it is ready.
     pub async fn another_envoy(&self) -> Result<(Proc, Topology)> {
+        self.another_envoy_with(|yaml| yaml).await
+    }
+
+    /// [`FrontDoor::another_envoy`] with its bootstrap edited (e.g. a plain
+    /// round-robin front door: no routing filter, same apiserver members).
+    pub async fn another_envoy_with(&self, edit: fn(String) -> String) -> Result<(Proc, Topology)> {
         let mut topology = self.topology.clone();
         let free = free_ports(2);
         topology.ports.listen = free.first().copied().context("no free port")?;
         topology.ports.admin = free.get(1).copied().context("no free port")?;
         let config = self.dir.path().join(format!("envoy-{}.yaml", topology.ports.listen));
-        std::fs::write(&config, topology.render_envoy_config()?)?;
+        std::fs::write(&config, edit(topology.render_envoy_config()?))?;
         let envoy = Proc::spawn(&format!("envoy-{}", topology.ports.listen), self.dir.path(), &envoy_bin()?, &Topology::envoy_args(&config, 1, "info"))?;
         topology.wait_ready(&self.http).await?;
         Ok((envoy, topology))

@@ -105,3 +105,9 @@ impl Drop for Proc {
         self.kill();
     }
 }
+
+/// A process's resident memory (KiB), 0 when it is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+}

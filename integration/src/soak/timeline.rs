@@ -1,0 +1,91 @@
+//! The ground truth a soak judges answers by: which apiserver processes were
+//! up, as which release, at every moment. The soak driver records each
+//! change as it makes it (a process listening, SIGTERM sent, the process
+//! gone), so a response can be judged against every state that overlapped
+//! its request.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub release: String,
+    /// SIGTERM sent: `/readyz` fails, in-flight requests still finish.
+    pub stopping: bool,
+}
+
+/// name → the process listening under that name now.
+pub type State = BTreeMap<String, Process>;
+
+#[derive(Default)]
+pub struct Timeline {
+    states: Mutex<Vec<(Instant, State)>>,
+}
+
+impl Timeline {
+    /// Records a change, effective now.
+    pub fn change(&self, f: impl FnOnce(&mut State)) {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = states.last().map(|(_, s)| s.clone()).unwrap_or_default();
+        f(&mut next);
+        states.push((Instant::now(), next));
+    }
+
+    pub fn up(&self, name: &str, release: &str) {
+        self.change(|s| {
+            s.insert(name.to_string(), Process { release: release.to_string(), stopping: false });
+        });
+    }
+
+    pub fn stopping(&self, name: &str) {
+        self.change(|s| {
+            if let Some(p) = s.get_mut(name) {
+                p.stopping = true;
+            }
+        });
+    }
+
+    pub fn gone(&self, name: &str) {
+        self.change(|s| {
+            s.remove(name);
+        });
+    }
+
+    /// Every state that held at some moment of `[from, to]`.
+    pub fn during(&self, from: Instant, to: Instant) -> Vec<State> {
+        let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let first = states.partition_point(|(at, _)| *at <= from).saturating_sub(1);
+        states.iter().skip(first).take_while(|(at, _)| *at <= to).map(|(_, s)| s.clone()).collect()
+    }
+}
+
+/// Whether some process in `state` that is up (stopping or not) is of a
+/// release in `releases`: it could answer the request with the object.
+pub fn capable(state: &State, releases: &[String]) -> bool {
+    state.values().any(|p| releases.contains(&p.release))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn during_includes_the_state_at_the_start_and_every_later_one() {
+        let t = Timeline::default();
+        t.up("a", "v1.30");
+        let start = Instant::now();
+        t.stopping("a");
+        t.gone("a");
+        let end = Instant::now();
+        t.up("a", "v1.33");
+        let seen = t.during(start, end);
+        assert_eq!(seen.len(), 3);
+        assert!(!seen[0]["a"].stopping);
+        assert!(seen[1]["a"].stopping);
+        assert!(seen[2].is_empty());
+        let releases = vec!["v1.30".to_string()];
+        assert!(capable(&seen[1], &releases), "a stopping apiserver still answers");
+        assert!(!capable(&seen[2], &releases));
+    }
+}

@@ -1,0 +1,23 @@
+//! The upgrade soak, bounded (see `integration::soak`; `scripts/soak.sh`
+//! runs it long): three apiservers upgraded v1.30 → v1.33 → v1.37 under
+//! load, once by replacement at a new address and once with mvp-ext-proc
+//! SIGKILLed. Through mvp-envoy no answer is a wrong 404 or anything but a
+//! correct answer or an honest 503 Status; the plain round-robin Envoy
+//! beside it shows what the upgrade does without it.
+
+use integration::soak::workload::{OTHER, WRONG_404};
+use integration::soak::{Settings, report, run};
+
+#[tokio::test]
+async fn a_whole_upgrade_under_load_gives_no_wrong_404_and_nothing_else() {
+    let r = run(Settings::bounded()).await.unwrap();
+    let table = report::render(&r);
+    eprintln!("{table}");
+    let (mvp, plain) = (r.total(0), r.total(1));
+    assert_eq!(mvp.get(WRONG_404), 0, "{table}");
+    assert_eq!(mvp.get(OTHER), 0, "{table}");
+    assert!(plain.get(WRONG_404) > 0, "the plain front door should show the problem: {table}");
+    // Memory flat after warm-up: the last phase within bounds of the second.
+    let (warm, last) = (&r.phases[1].rss_kib, &r.phases[r.phases.len() - 1].rss_kib);
+    assert!(last[0] < warm[0] + 32 * 1024, "Envoy grew: {warm:?} → {last:?}");
+}
