@@ -244,7 +244,7 @@ pub async fn run(settings: Settings) -> Result<Report> {
         }
         let t = &load.timeline;
         match i {
-            1 | 2 | 3 | 4 => {
+            1..=4 => {
                 let (server, release) = match i {
                     1 => ("a", "v1.33"),
                     2 => ("b", "v1.33"),

@@ -139,7 +139,7 @@ pub fn classify(item: &Item, states: &[State], outcome: &Outcome) -> (&'static s
                 return other(format!("answered by release {release:?}, which does not serve it"));
             }
             match watch {
-                Some((lines, _)) if *lines >= WATCH_BOOKMARKS + 1 => (OK, None),
+                Some((lines, _)) if *lines > WATCH_BOOKMARKS => (OK, None),
                 Some((lines, error)) => {
                     let server = body["servedBy"]["server"].as_str().unwrap_or("");
                     if states.iter().any(|s| s.get(server).is_none_or(|p| p.stopping)) {
@@ -156,7 +156,7 @@ pub fn classify(item: &Item, states: &[State], outcome: &Outcome) -> (&'static s
         503 if body["kind"] == "Status" && body["code"] == 503 => {
             if capable_throughout { (STATUS_503_CAPABLE_UP, None) } else { (STATUS_503, None) }
         }
-        _ => other(format!("{}", body.to_string().chars().take(160).collect::<String>())),
+        _ => other(body.to_string().chars().take(160).collect::<String>()),
     }
 }
 
