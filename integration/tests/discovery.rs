@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
+use serde_json::Value;
 
 /// An unchanged aggregated document costs a 304: the poll sends the ETag it
 /// got and the apiserver does not send the document again.
@@ -48,21 +49,37 @@ async fn bad_discovery_documents_change_nothing_that_was_good() {
     let before = door.table().await.unwrap();
     let v137 = door.fake("v137").url();
     let huge = format!("{{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"items\":[],\"pad\":\"{}\"}}", "x".repeat(300_000));
-    for (body, expect) in [
-        ("{\"kind\":\"APIGroupDiscoveryList\",".to_string(), "not valid JSON"),
-        ("{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[]}".to_string(), "expected kind APIGroupDiscoveryList"),
+    let good = door.http.get(format!("{v137}/apis")).header("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList").send().await.unwrap().text().await.unwrap();
+    let truncated = good[..good.len() / 2].to_string();
+    let deep = format!("{{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"items\":{}{}}}", "[".repeat(50_000), "]".repeat(50_000));
+    let nulls = "{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"items\":[{\"metadata\":null,\"versions\":[{\"version\":null,\"resources\":null}]}]}".to_string();
+    const AGGREGATED: &str = "";
+    // (body, ?status&content_type, what the error says)
+    for (body, query, expect) in [
+        ("{\"kind\":\"APIGroupDiscoveryList\",".to_string(), AGGREGATED, "not valid JSON"),
+        (truncated, AGGREGATED, "not valid JSON"),
+        (deep, AGGREGATED, "not valid JSON"),
+        (nulls, AGGREGATED, "not valid JSON"),
+        ("{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[]}".to_string(), AGGREGATED, "expected kind APIGroupDiscoveryList"),
         // Valid, but a kube-apiserver never serves nothing.
-        ("{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"metadata\":{},\"items\":[]}".to_string(), "lists no API group"),
-        (huge, "larger than 200000 bytes"),
+        ("{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"metadata\":{},\"items\":[]}".to_string(), AGGREGATED, "lists no API group"),
+        (huge, AGGREGATED, "larger than 200000 bytes"),
+        // The aggregated document under another content type: read as the
+        // old unaggregated list, which it is not.
+        (good.clone(), "?content_type=text/html", "APIGroupList"),
+        ("{\"kind\":\"Status\",\"code\":500}".to_string(), "?status=500&content_type=application/json", "500"),
+        ("{\"kind\":\"Status\",\"code\":429}".to_string(), "?status=429&content_type=application/json", "429"),
     ] {
-        door.http.post(format!("{v137}/__fake/apis-body")).body(body).send().await.unwrap();
+        door.http.post(format!("{v137}/__fake/apis-body{query}")).body(body).send().await.unwrap();
+        let seen = std::sync::Mutex::new(Value::Null);
         let t = wait_for(&format!("v137 to be unhealthy with '{expect}'"), Duration::from_secs(10), || async {
             let t = door.table().await?;
             let s = &t["apiservers"][1];
+            *seen.lock().unwrap() = s.clone();
             (s["healthy"] == false && s["lastError"].as_str()?.contains(expect)).then_some(t)
         })
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e:#}; v137 is {}", seen.lock().unwrap()));
         // Its last good view is kept, and v130 is untouched.
         assert_eq!(t["apiservers"][1]["resources"], before["apiservers"][1]["resources"]);
         assert_eq!(t["apiservers"][0], before["apiservers"][0]);

@@ -13,6 +13,8 @@ use crate::apidiscovery::{APIResourceDiscovery, APISubresourceDiscovery, APIVers
 #[derive(Debug, Deserialize)]
 pub struct ApiVersions {
     #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
     pub versions: Vec<String>,
 }
 
@@ -20,7 +22,23 @@ pub struct ApiVersions {
 #[derive(Debug, Deserialize)]
 pub struct ApiGroupList {
     #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
     pub groups: Vec<ApiGroup>,
+}
+
+/// A list of another kind (an aggregated document under a wrong content
+/// type, an error page) or an empty one is a broken answer — every
+/// kube-apiserver serves `v1` and some groups — never "serves nothing":
+/// that would drop the server's APIs and turn them into 404s.
+fn check_list(kind: &str, want: &'static str, empty: bool) -> Result<(), DocumentError> {
+    if kind != want {
+        return Err(DocumentError::Invalid(format!("expected kind {want}, got kind {kind:?}")));
+    }
+    if empty {
+        return Err(DocumentError::Invalid(format!("the {want} lists nothing; a kube-apiserver never serves nothing")));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,21 +150,22 @@ impl Discoverer {
         };
         let mut groups: Vec<APIGroupDiscovery> = Vec::new();
         let listed: Vec<(String, String)> = match root {
-            Root::Core => parse::<ApiVersions>("APIVersions", body)
-                .map_err(doc_err(path))?
-                .versions
-                .into_iter()
-                .map(|v| (String::new(), v))
-                .collect(),
-            Root::Groups => parse::<ApiGroupList>("APIGroupList", body)
-                .map_err(doc_err(path))?
-                .groups
-                .into_iter()
-                .flat_map(|g| {
-                    let name = g.name;
-                    g.versions.into_iter().map(move |v| (name.clone(), v.version))
-                })
-                .collect(),
+            Root::Core => {
+                let list = parse::<ApiVersions>("APIVersions", body).map_err(doc_err(path))?;
+                check_list(&list.kind, "APIVersions", list.versions.is_empty()).map_err(doc_err(path))?;
+                list.versions.into_iter().map(|v| (String::new(), v)).collect()
+            }
+            Root::Groups => {
+                let list = parse::<ApiGroupList>("APIGroupList", body).map_err(doc_err(path))?;
+                check_list(&list.kind, "APIGroupList", list.groups.is_empty()).map_err(doc_err(path))?;
+                list.groups
+                    .into_iter()
+                    .flat_map(|g| {
+                        let name = g.name;
+                        g.versions.into_iter().map(move |v| (name.clone(), v.version))
+                    })
+                    .collect()
+            }
         };
         // The list first (it keeps kube's group and version order), then
         // every other group-version any server listed or Kubernetes has

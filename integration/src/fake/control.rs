@@ -62,8 +62,21 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
     )
 }
 
-pub(super) async fn set_apis_body(State(s): State<FakeState>, body: Bytes) -> Response {
-    *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = Some(body);
+#[derive(serde::Deserialize)]
+pub(super) struct OverrideQuery {
+    status: Option<u16>,
+    content_type: Option<String>,
+}
+
+/// Test control: `/apis` answers `body` (with `?status=` and
+/// `?content_type=`, default 200 and the aggregated v2 type) until DELETE.
+pub(super) async fn set_apis_body(State(s): State<FakeState>, Query(q): Query<OverrideQuery>, body: Bytes) -> Response {
+    let o = super::state::ApisOverride {
+        body,
+        status: q.status.unwrap_or(200),
+        content_type: q.content_type.unwrap_or_else(|| super::state::AGGREGATED_V2.to_string()),
+    };
+    *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = Some(o);
     "apis body overridden\n".into_response()
 }
 

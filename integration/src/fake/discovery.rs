@@ -23,9 +23,10 @@ pub(super) fn wants_aggregated(headers: &HeaderMap, version: &str) -> bool {
 
 pub(super) fn aggregated(s: &FakeState, headers: &HeaderMap, doc: &super::fixtures::Aggregated, is_apis: bool) -> Response {
     let overridden = if is_apis { s.apis_override.read().ok().and_then(|o| o.clone()) } else { None };
-    if let Some(body) = overridden {
+    if let Some(o) = overridden {
         s.stats.aggregated_ok.fetch_add(1, Ordering::Relaxed);
-        return (StatusCode::OK, [(header::CONTENT_TYPE, AGGREGATED_V2)], body).into_response();
+        let status = StatusCode::from_u16(o.status).unwrap_or(StatusCode::OK);
+        return (status, [(header::CONTENT_TYPE, o.content_type)], o.body).into_response();
     }
     let converted;
     let doc = if s.aggregated_version == "v2" {

@@ -31,7 +31,7 @@ pub struct FakeState {
     pub stats: Arc<Stats>,
     /// When set, served verbatim as the aggregated `/apis` body (tests of
     /// broken and oversized documents).
-    pub apis_override: Arc<RwLock<Option<Bytes>>>,
+    pub apis_override: Arc<RwLock<Option<ApisOverride>>>,
     /// When set, discovery requests (`/api`, `/apis`) are accepted and never
     /// answered: a hung apiserver.
     pub hang_discovery: Arc<std::sync::atomic::AtomicBool>,
@@ -43,6 +43,14 @@ pub struct FakeState {
     /// Set at SIGTERM: `/readyz` fails while requests are still served for
     /// the shutdown delay, as kube-apiserver does.
     pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A broken `/apis` answer a test asked for (`POST /__fake/apis-body`).
+#[derive(Clone, Debug)]
+pub struct ApisOverride {
+    pub body: Bytes,
+    pub status: u16,
+    pub content_type: String,
 }
 
 /// What the fake counted, at `GET /__fake/stats`.
