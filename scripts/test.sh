@@ -3,7 +3,8 @@
 # property tests, and the end-to-end tests with real Envoy, mvp-ext-proc,
 # fake apiservers, real kube-apiservers and real clients on loopback.
 # Installs what it needs; the real kube-apiserver is built once and cached
-# outside the work tree (scripts/kube-apiserver.sh: ~8 minutes the first time).
+# outside the work tree (scripts/kube-apiserver.sh: ~8 minutes the first time),
+# as is the fuzz build (scripts/fuzz.sh: ~6 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,3 +26,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --locked --workspace --no-fail-fast
 fi
+
+echo "==> fuzz smoke (libFuzzer, every target 5 s; scripts/fuzz.sh runs them long)" >&2
+scripts/fuzz.sh --smoke
