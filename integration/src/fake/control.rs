@@ -66,15 +66,21 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
 pub(super) struct OverrideQuery {
     status: Option<u16>,
     content_type: Option<String>,
+    content_encoding: Option<String>,
+    #[serde(default)]
+    flapping_etag: bool,
 }
 
-/// Test control: `/apis` answers `body` (with `?status=` and
-/// `?content_type=`, default 200 and the aggregated v2 type) until DELETE.
+/// Test control: `/apis` answers `body` (with `?status=`, `?content_type=`,
+/// default 200 and the aggregated v2 type, `?content_encoding=`,
+/// `?flapping_etag=true`) until DELETE.
 pub(super) async fn set_apis_body(State(s): State<FakeState>, Query(q): Query<OverrideQuery>, body: Bytes) -> Response {
     let o = super::state::ApisOverride {
         body,
         status: q.status.unwrap_or(200),
         content_type: q.content_type.unwrap_or_else(|| super::state::AGGREGATED_V2.to_string()),
+        content_encoding: q.content_encoding,
+        flapping_etag: q.flapping_etag,
     };
     *s.apis_override.write().unwrap_or_else(|p| p.into_inner()) = Some(o);
     "apis body overridden\n".into_response()

@@ -26,7 +26,17 @@ pub(super) fn aggregated(s: &FakeState, headers: &HeaderMap, doc: &super::fixtur
     if let Some(o) = overridden {
         s.stats.aggregated_ok.fetch_add(1, Ordering::Relaxed);
         let status = StatusCode::from_u16(o.status).unwrap_or(StatusCode::OK);
-        return (status, [(header::CONTENT_TYPE, o.content_type)], o.body).into_response();
+        let mut resp = (status, [(header::CONTENT_TYPE, o.content_type)], o.body).into_response();
+        if let Some(e) = o.content_encoding.and_then(|e| HeaderValue::from_str(&e).ok()) {
+            resp.headers_mut().insert(header::CONTENT_ENCODING, e);
+        }
+        if o.flapping_etag {
+            let n = s.stats.aggregated_ok.load(Ordering::Relaxed);
+            if let Ok(v) = HeaderValue::from_str(&format!("\"flap-{n}\"")) {
+                resp.headers_mut().insert(header::ETAG, v);
+            }
+        }
+        return resp;
     }
     let converted;
     let doc = if s.aggregated_version == "v2" {

@@ -51,6 +51,10 @@ pub struct ApisOverride {
     pub body: Bytes,
     pub status: u16,
     pub content_type: String,
+    /// Sent as `Content-Encoding` whether or not the client asked for it.
+    pub content_encoding: Option<String>,
+    /// A new ETag on every answer for the same body.
+    pub flapping_etag: bool,
 }
 
 /// What the fake counted, at `GET /__fake/stats`.
