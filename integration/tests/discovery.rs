@@ -53,6 +53,7 @@ async fn bad_discovery_documents_change_nothing_that_was_good() {
     let options = Options { ext_proc_args: vec!["--max-discovery-bytes".into(), "200000".into()], ..Options::default() };
     let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], options).await.unwrap();
     let before = door.table().await.unwrap();
+    let rss_before = integration::harness::process::rss_kib(door.ext_proc.pid());
     let v137 = door.fake("v137").url();
     let huge = format!("{{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"items\":[],\"pad\":\"{}\"}}", "x".repeat(300_000));
     let good = door.http.get(format!("{v137}/apis")).header("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList").send().await.unwrap().text().await.unwrap();
@@ -110,6 +111,12 @@ async fn bad_discovery_documents_change_nothing_that_was_good() {
         .find(|l| l.starts_with("apiserver_peer_discovery_sync_errors_total{") && l.contains("apiserver=\"v137\"") && l.contains("fetch_discovery"))
         .unwrap_or_else(|| panic!("no sync error metric for v137:\n{metrics}"));
     assert!(errors.rsplit(' ').next().unwrap().parse::<u64>().unwrap() >= 3, "{errors}");
+
+    // Broken answers cost no memory that stays (the oversized one is cut
+    // off at the limit, not read whole).
+    let rss_after = integration::harness::process::rss_kib(door.ext_proc.pid());
+    eprintln!("mvp-ext-proc RSS {rss_before} -> {rss_after} KiB across the broken answers");
+    assert!(rss_after < rss_before + 16 * 1024, "mvp-ext-proc grew from {rss_before} to {rss_after} KiB");
 
     // The same document under a new ETag every time: read in full every
     // round (nothing to answer 304 to), healthy, and nothing is rebuilt.
