@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use tokio::sync::{Notify, mpsc, watch};
 
+mod latest;
 pub mod persist;
 mod publish;
 
@@ -74,12 +75,14 @@ pub struct Syncer {
     table_tx: watch::Sender<Arc<pb::RoutingTable>>,
     table_changed_tx: watch::Sender<std::time::SystemTime>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
-    merged_tx: watch::Sender<Option<Arc<MergedDocument>>>,
-    openapi_tx: watch::Sender<Arc<MergedOpenApi>>,
-    /// The documents the current merged OpenAPI was built from.
-    openapi_from: Vec<(String, Arc<ServerOpenApi>)>,
-    /// The views the current merged document was built from.
-    merged_from: Vec<(String, Arc<ServerView>)>,
+    /// Builds the merged `/apis` off this loop (see [`latest`]).
+    merger: latest::Latest<Vec<(String, Arc<ServerView>)>>,
+    /// Builds the merged OpenAPI documents off this loop.
+    openapi_merger: latest::Latest<Vec<(String, Arc<ServerOpenApi>)>>,
+    /// The documents the last merged OpenAPI handed over was made of.
+    openapi_from: Option<Vec<(String, Arc<ServerOpenApi>)>>,
+    /// The views the last merged `/apis` handed over was made of.
+    merged_from: Option<Vec<(String, Arc<ServerView>)>>,
     /// What the current table was built from.
     table_from: Vec<TableInput>,
     persisted: Option<persist::Persisted>,
@@ -150,10 +153,10 @@ impl Syncer {
             table_tx,
             table_changed_tx,
             states_tx,
-            merged_tx,
-            openapi_tx,
-            openapi_from: vec![],
-            merged_from: vec![],
+            merger: publish::merger(merged_tx, metrics.clone()),
+            openapi_merger: publish::openapi_merger(openapi_tx),
+            openapi_from: None,
+            merged_from: None,
             table_from: vec![],
             persisted,
             persisted_from: vec![],

@@ -1,16 +1,21 @@
 //! The sync loop's outputs: who is open, Envoy's endpoints, the routing
 //! table, the merged `/apis` and OpenAPI documents and the state file —
 //! each rebuilt only when what it is made of changed (pointer equality of
-//! the views says "unchanged").
+//! the views says "unchanged"). The merged documents are built off the loop
+//! ([`super::latest`]): the table never waits for a merge.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::watch;
+
 use super::Syncer;
+use super::latest::Latest;
 use super::state::ServerState;
 use crate::discover::ServerView;
 use crate::merge::MergedDocument;
+use crate::metrics::Metrics;
 use crate::openapi::{MergedOpenApi, ServerOpenApi};
 use crate::routing_table;
 use crate::unchanged::{same, same_named};
@@ -63,8 +68,8 @@ impl Syncer {
     pub(super) async fn publish(&mut self) {
         self.update_open_and_endpoints();
         self.publish_table_if_changed().await;
-        self.rebuild_discovery().await;
-        self.rebuild_openapi().await;
+        self.rebuild_discovery();
+        self.rebuild_openapi();
         self.persist().await;
         self.states_tx.send_replace(Arc::new(self.states()));
     }
@@ -77,35 +82,16 @@ impl Syncer {
         }
     }
 
-    /// Merges every member's OpenAPI documents when some changed, on a
-    /// blocking thread (megabytes of JSON and protobuf).
-    async fn rebuild_openapi(&mut self) {
+    /// Hands every member's OpenAPI documents to the merger when some
+    /// changed.
+    fn rebuild_openapi(&mut self) {
         let inputs: Vec<(String, Arc<ServerOpenApi>)> =
             self.slots.iter().map(|s| &s.state).filter(|s| s.address.is_some()).filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect();
-        let unchanged = same_named(&inputs, &self.openapi_from);
-        if unchanged {
+        if self.openapi_from.as_ref().is_some_and(|from| same_named(&inputs, from)) {
             return;
         }
-        let started = Instant::now();
-        let built = {
-            let inputs = inputs.clone();
-            tokio::task::spawn_blocking(move || MergedOpenApi::build(&inputs)).await
-        };
-        let Ok(merged) = built else {
-            tracing::error!("OpenAPI merge did not complete; keeping the last merged documents");
-            return;
-        };
-        let bytes = |m: &Option<crate::openapi::Merged>| m.as_ref().map_or(0, |m| m.body.identity.len());
-        tracing::info!(
-            sources = ?merged.sources,
-            v2_json_bytes = bytes(&merged.v2_json),
-            v2_protobuf_bytes = bytes(&merged.v2_protobuf),
-            v3_index_bytes = bytes(&merged.v3_index),
-            took = ?started.elapsed(),
-            "merged OpenAPI rebuilt"
-        );
-        self.openapi_tx.send_replace(Arc::new(merged));
-        self.openapi_from = inputs;
+        self.openapi_from = Some(inputs.clone());
+        self.openapi_merger.hand_over(inputs);
     }
 
     /// Writes the state file when some member's view changed.
@@ -154,9 +140,10 @@ impl Syncer {
     /// Merges the same servers routing uses (healthy, or unhealthy with
     /// their last known API set), and only when one of their views changed:
     /// views are replaced only when different, so pointer equality means
-    /// unchanged. The merge runs on a blocking thread: a CRD-heavy document
-    /// takes long enough to stall ext_proc answers on the runtime.
-    async fn rebuild_discovery(&mut self) {
+    /// unchanged. The merge runs off this loop and off the runtime's
+    /// threads (the merger, on the blocking pool): a CRD-heavy document takes
+    /// long enough to delay table updates and stall ext_proc answers.
+    fn rebuild_discovery(&mut self) {
         let inputs: Vec<(String, Arc<ServerView>)> = self
             .slots
             .iter()
@@ -164,28 +151,55 @@ impl Syncer {
             .filter(|s| s.address.is_some())
             .filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?)))
             .collect();
-        let unchanged = same_named(&inputs, &self.merged_from);
-        if unchanged && self.merged_tx.borrow().is_some() {
+        if self.merged_from.as_ref().is_some_and(|from| same_named(&inputs, from)) {
             return;
         }
-        let servers = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
-        let started = Instant::now();
-        let Ok(doc) = tokio::task::spawn_blocking(move || MergedDocument::build(&servers)).await else {
-            tracing::error!("peer-aggregated merge did not complete; keeping the last merged document");
-            return;
-        };
-        self.metrics.peer_aggregated_cache_miss();
-        tracing::info!(
-            etag = %doc.etag.get(1..17).unwrap_or(""),
-            groups = doc.items.len(),
-            bytes = doc.json.identity.len(),
-            sources = ?doc.sources,
-            took = ?started.elapsed(),
-            "peer-aggregated discovery rebuilt"
-        );
-        self.merged_tx.send_replace(Some(Arc::new(doc)));
-        self.merged_from = inputs;
+        self.merged_from = Some(inputs.clone());
+        self.merger.hand_over(inputs);
     }
+}
+
+/// The peer-aggregated `/apis` merger: merged and encoded off the sync loop.
+pub(super) fn merger(merged: watch::Sender<Option<Arc<MergedDocument>>>, metrics: Arc<Metrics>) -> Latest<Vec<(String, Arc<ServerView>)>> {
+    Latest::spawn(
+        "peer-aggregated discovery",
+        |inputs: &Vec<(String, Arc<ServerView>)>| {
+            let servers = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
+            MergedDocument::build(&servers)
+        },
+        move |doc, took| {
+            metrics.peer_aggregated_cache_miss();
+            tracing::info!(
+                etag = %doc.etag.get(1..17).unwrap_or(""),
+                groups = doc.items.len(),
+                bytes = doc.json.identity.len(),
+                sources = ?doc.sources,
+                ?took,
+                "peer-aggregated discovery rebuilt"
+            );
+            merged.send_replace(Some(Arc::new(doc)));
+        },
+    )
+}
+
+/// The OpenAPI merger (megabytes of JSON and protobuf), off the sync loop.
+pub(super) fn openapi_merger(merged: watch::Sender<Arc<MergedOpenApi>>) -> Latest<Vec<(String, Arc<ServerOpenApi>)>> {
+    Latest::spawn(
+        "merged OpenAPI",
+        |inputs: &Vec<(String, Arc<ServerOpenApi>)>| MergedOpenApi::build(inputs),
+        move |m, took| {
+            let bytes = |m: &Option<crate::openapi::Merged>| m.as_ref().map_or(0, |m| m.body.identity.len());
+            tracing::info!(
+                sources = ?m.sources,
+                v2_json_bytes = bytes(&m.v2_json),
+                v2_protobuf_bytes = bytes(&m.v2_protobuf),
+                v3_index_bytes = bytes(&m.v3_index),
+                ?took,
+                "merged OpenAPI rebuilt"
+            );
+            merged.send_replace(Arc::new(m));
+        },
+    )
 }
 
 /// One member's part in the table: its view and OpenAPI documents (by
