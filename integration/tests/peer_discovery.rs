@@ -292,6 +292,11 @@ async fn large_crd_heavy_documents_are_merged_and_gzipped() {
     }
     let timeouts = door.envoy_stat("http.apiserver_front_door.ext_proc.message_timeouts").await;
     let extended = door.envoy_stat("http.apiserver_front_door.ext_proc.override_message_timeout_received").await;
-    eprintln!("16 clients x 10 gzip: {unmerged} unmerged; Envoy message_timeouts {timeouts:?}, timeout extensions {extended:?}");
+    let rss = |pid| integration::harness::process::rss_kib(pid) / 1024;
+    eprintln!(
+        "16 clients x 10 gzip: {unmerged} unmerged; Envoy message_timeouts {timeouts:?}, timeout extensions {extended:?}; RSS MiB mvp-ext-proc {}, Envoy {}",
+        rss(door.ext_proc.pid()),
+        rss(door.envoy.pid())
+    );
     assert_eq!((unmerged, timeouts), (0, Some(0)));
 }
