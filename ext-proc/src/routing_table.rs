@@ -152,7 +152,7 @@ mod tests {
         for (g, v, r) in resources {
             caps.add_resource_name(g, v, r);
         }
-        s.succeeded(std::sync::Arc::new(crate::discover::ServerView { capabilities: caps, groups: vec![] }), Instant::now());
+        s.succeeded(std::sync::Arc::new(crate::discover::ServerView { capabilities: caps, groups: Default::default() }), Instant::now());
         s
     }
 

@@ -164,7 +164,7 @@ mod tests {
             let (v, res) = rest.split_once('/').unwrap();
             caps.add_version(g, v).entry(res.to_string()).or_default();
         }
-        s.view = Some(Arc::new(ServerView { capabilities: caps, groups: vec![] }));
+        s.view = Some(Arc::new(ServerView { capabilities: caps, groups: Default::default() }));
         s.healthy = healthy;
         s.last_error = (!healthy).then(|| "connection refused <oops>".into());
         s

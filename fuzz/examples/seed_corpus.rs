@@ -29,7 +29,7 @@ fn main() {
     let mut paths = std::collections::BTreeSet::new();
     for r in releases {
         let view = from_aggregated(Root::Groups, &fixture(r, "apis.json")).unwrap();
-        for g in &view.groups {
+        for g in view.groups.iter() {
             for v in &g.versions {
                 for res in &v.resources {
                     let name = g.metadata.name.as_str();

@@ -35,7 +35,7 @@ static MERGED: LazyLock<MergedDocument> = LazyLock::new(|| {
     MergedDocument::build(&servers)
 });
 
-static V133: LazyLock<Vec<mvp_ext_proc::apidiscovery::APIGroupDiscovery>> =
+static V133: LazyLock<std::sync::Arc<Vec<mvp_ext_proc::apidiscovery::APIGroupDiscovery>>> =
     LazyLock::new(|| from_aggregated(Root::Groups, &fixture("v1.33", "apis.json")).map(|v| v.groups).unwrap_or_else(|e| panic!("v1.33: {e}")));
 
 /// Every address an override-host value names is one of `table`'s.

@@ -2,6 +2,8 @@
 //! `APIGroupDiscoveryList`), validated and reduced to what routing needs.
 //! Unknown fields are ignored, as Kubernetes clients do.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use crate::capabilities::Capabilities;
@@ -39,7 +41,9 @@ pub enum Root {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RootView {
     pub capabilities: Capabilities,
-    pub groups: Vec<APIGroupDiscovery>,
+    /// Shared with the [`super::ServerView`] built from it (one copy of a
+    /// CRD-heavy list, not two).
+    pub groups: Arc<Vec<APIGroupDiscovery>>,
 }
 
 /// An aggregated document served at `root`, validated.
@@ -58,7 +62,7 @@ pub fn from_aggregated(root: Root, body: &[u8]) -> Result<RootView, DocumentErro
         groups.retain(|g| !g.name().is_empty());
     }
     let capabilities = capabilities_of(root, &groups)?;
-    Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
+    Ok(RootView { capabilities, groups: Arc::new(if root == Root::Groups { groups } else { vec![] }) })
 }
 
 /// The routing view of aggregated groups; every name must be a usable path

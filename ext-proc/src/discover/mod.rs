@@ -34,8 +34,9 @@ use crate::apidiscovery::APIGroupDiscovery;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerView {
     pub capabilities: Capabilities,
-    /// Its `/apis` groups as it serves them (its own view: `profile=nopeer`).
-    pub groups: Vec<APIGroupDiscovery>,
+    /// Its `/apis` groups as it serves them (its own view: `profile=nopeer`),
+    /// shared with the discovery cache and the merger.
+    pub groups: Arc<Vec<APIGroupDiscovery>>,
 }
 
 use crate::apiservers::ApiserverSpec;

@@ -199,7 +199,7 @@ impl Discoverer {
             }
         }
         let capabilities = capabilities_of(root, &groups).map_err(doc_err(path))?;
-        Ok(RootView { capabilities, groups: if root == Root::Groups { groups } else { vec![] } })
+        Ok(RootView { capabilities, groups: std::sync::Arc::new(if root == Root::Groups { groups } else { vec![] }) })
     }
 }
 

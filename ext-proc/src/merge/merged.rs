@@ -48,7 +48,7 @@ pub struct MergedDocument {
 }
 
 impl MergedDocument {
-    pub fn build(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> MergedDocument {
+    pub fn build<G: std::borrow::Borrow<Vec<APIGroupDiscovery>>>(servers: &BTreeMap<String, G>) -> MergedDocument {
         let items = peer_aggregated::merge(servers);
         let etag = etag::etag(&items);
         let list = APIGroupDiscoveryList {

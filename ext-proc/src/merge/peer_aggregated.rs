@@ -9,13 +9,16 @@
 //! its list unchanged when every list is identical, which gives the same
 //! result whichever server is local.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::order::merge_preserving_relative_order;
 use crate::apidiscovery::{APIGroupDiscovery, APIResourceDiscovery, APIVersionDiscovery};
 
-pub fn merge(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Vec<APIGroupDiscovery> {
-    let mut lists = servers.values();
+/// `servers`: each server's groups, owned or shared (`Arc`): the sync loop
+/// hands over the views' own lists, never a copy.
+pub fn merge<G: Borrow<Vec<APIGroupDiscovery>>>(servers: &BTreeMap<String, G>) -> Vec<APIGroupDiscovery> {
+    let mut lists = servers.values().map(Borrow::borrow);
     let Some(first) = lists.next() else { return vec![] };
     if servers.len() == 1 {
         return first.clone();
@@ -25,7 +28,7 @@ pub fn merge(servers: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Vec<APIGroup
     let mut all_names: Vec<Vec<String>> = Vec::with_capacity(servers.len());
     let mut content_changed = false;
     let mut identical = true;
-    for groups in servers.values() {
+    for groups in servers.values().map(Borrow::borrow) {
         for g in groups {
             match merged.remove(g.name()) {
                 Some(existing) => {
@@ -215,6 +218,6 @@ mod tests {
         let g = vec![group("b", &[("v1", vec![res("x", &["get"], &[])])]), group("a", &[("v1", vec![res("y", &["get"], &[])])])];
         assert_eq!(merge(&servers(vec![("s1", g.clone()), ("s2", g.clone()), ("s3", g.clone())])), g);
         assert_eq!(merge(&servers(vec![("only", g.clone())])), g);
-        assert!(merge(&BTreeMap::new()).is_empty());
+        assert!(merge(&BTreeMap::<String, Vec<APIGroupDiscovery>>::new()).is_empty());
     }
 }

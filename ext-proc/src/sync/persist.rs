@@ -83,7 +83,7 @@ mod tests {
         assert!(p.load().unwrap().is_empty(), "a missing file is an empty state");
         let mut caps = Capabilities::default();
         caps.add_resource_name("batch", "v2alpha1", "cronjobs");
-        let view = ServerView { capabilities: caps, groups: vec![] };
+        let view = ServerView { capabilities: caps, groups: Default::default() };
         p.save([("kas-b", "https://127.0.0.1:6443/", &view)]).unwrap();
         let loaded = p.load().unwrap();
         assert_eq!(loaded.get(&("kas-b".to_string(), "https://127.0.0.1:6443/".to_string())), Some(&view));

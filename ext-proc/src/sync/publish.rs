@@ -164,7 +164,7 @@ pub(super) fn merger(merged: watch::Sender<Option<Arc<MergedDocument>>>, metrics
     Latest::spawn(
         "peer-aggregated discovery",
         |inputs: &Vec<(String, Arc<ServerView>)>| {
-            let servers = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
+            let servers: std::collections::BTreeMap<String, Arc<Vec<_>>> = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
             MergedDocument::build(&servers)
         },
         move |doc, took| {

@@ -173,7 +173,7 @@ mod tests {
     use std::time::Duration;
 
     fn view(caps: Capabilities) -> ServerView {
-        ServerView { capabilities: caps, groups: vec![] }
+        ServerView { capabilities: caps, groups: Default::default() }
     }
 
     #[test]
