@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds every binary the demo and the tests run: the native workspace
 # (mvp-ext-proc, fake-apiserver) and the wasm filter.
+#   scripts/build.sh             debug binaries (what the tests run)
+#   scripts/build.sh --release   release binaries (the benchmark and the soak)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --locked --workspace --bins
+profile=()
+[[ "${1:-}" == --release ]] && profile=(--release)
+cargo build --locked "${profile[@]}" --workspace --bins
 cargo build --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm

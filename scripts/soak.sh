@@ -8,6 +8,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-cargo build --locked --release --workspace --bins
-cargo build --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm
+scripts/build.sh --release
 MVP_BIN_DIR=$PWD/target/release exec target/release/soak "$@"

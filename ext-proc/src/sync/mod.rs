@@ -1,9 +1,11 @@
-//! membership → discover → table → publish: the sync loop follows the
-//! membership (joins, departures, restarts; this file), every member is
+//! membership → discover → table → publish: the sync loop (this file)
+//! follows the membership ([`reconcile`]: joins, departures, restarts),
+//! every member is
 //! read by its own loop ([`poll`]: its own schedule, its own deadline), the
 //! loop applies their reports to each member's [`state`], and
 //! [`publish`] rebuilds what changed: who is open, Envoy's endpoints, the
-//! table, merged `/apis` and OpenAPI, the state file ([`persist`]).
+//! table, the state file ([`persist`]); the merged `/apis` and OpenAPI are
+//! built off the loop ([`latest`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,14 +18,15 @@ use tokio::sync::{Notify, mpsc, watch};
 mod latest;
 pub mod persist;
 mod publish;
+mod reconcile;
 
 use publish::TableInput;
 pub mod poll;
 pub mod state;
 
 use crate::apiservers::ApiserverSpec;
-use crate::discover::{Discoverer, DiscoveryOptions, ServerView, Transport};
-use crate::membership::{Desired, MemberSet};
+use crate::discover::{DiscoveryOptions, ServerView, Transport};
+use crate::membership::MemberSet;
 use crate::xds::{Accepted, ClusterOptions, EndpointMember, Snapshot};
 use poll::MemberId;
 use crate::merge::MergedDocument;
@@ -202,89 +205,6 @@ impl Syncer {
 
     fn slot_mut(&mut self, id: MemberId) -> Option<&mut Slot> {
         self.slots.iter_mut().find(|s| s.id == id && s.task.is_some())
-    }
-
-    /// Starts following a member: its own discovery loop, its last known
-    /// API set if the state file has one. Closed until read.
-    fn join(&mut self, d: &Desired, gated: bool) {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut state = ServerState::new(d.spec.clone());
-        if let Some(view) = self.restorable.remove(&(d.spec.name.clone(), d.spec.url.to_string())) {
-            tracing::info!(apiserver = %d.spec.name, resources = view.capabilities.resource_count(), "last known API set restored from the state file");
-            state.restored(view);
-        }
-        state.gated = gated;
-        state.incarnation = d.incarnation.clone();
-        let wake = Arc::new(Notify::new());
-        let discoverer = Discoverer::new(&d.spec, self.transport.clone(), self.options.discovery.clone(), self.known.clone());
-        let task = tokio::spawn(poll::poll(id, d.spec.clone(), discoverer, self.options.interval, self.reports_tx.clone(), wake.clone()));
-        // A departed entry of the same name (or address) comes back as this one.
-        if let Some(i) = self.slots.iter().position(|s| s.state.spec.name == d.spec.name || s.state.spec.url == d.spec.url) {
-            let old = self.slots.remove(i);
-            if state.view.is_none() {
-                state.view = old.state.view.clone();
-                state.openapi = old.state.openapi.clone();
-            }
-        }
-        self.insert(Slot { id, state, wake, task: Some(task) });
-    }
-
-    /// Follows a new membership: joins, departures, restarts.
-    fn reconcile(&mut self, desired: &MemberSet) {
-        let now = Instant::now();
-        for d in desired.iter() {
-            let existing = self.slots.iter_mut().find(|s| s.state.spec.url == d.spec.url || s.state.spec.name == d.spec.name);
-            match existing {
-                Some(slot) if slot.task.is_some() && slot.state.spec == d.spec => {
-                    if d.incarnation.is_some() && slot.state.incarnation != d.incarnation {
-                        if slot.state.incarnation.is_some() {
-                            tracing::info!(apiserver = %d.spec.name, from = ?slot.state.incarnation, to = ?d.incarnation, "apiserver restarted; closed until its discovery is read again");
-                            self.metrics.membership_change("restarted");
-                            slot.state.restarted();
-                            slot.wake.notify_one();
-                        }
-                        slot.state.incarnation = d.incarnation.clone();
-                    }
-                }
-                _ => {
-                    let rejoin = existing.is_some();
-                    tracing::info!(apiserver = %d.spec.name, url = %d.spec.url, rejoin, "apiserver joined; routed to once its discovery is read");
-                    self.metrics.membership_change("joined");
-                    self.join(d, self.started);
-                }
-            }
-        }
-        for slot in &mut self.slots {
-            let member = desired.iter().any(|d| d.spec == slot.state.spec);
-            if !member && slot.state.departed.is_none() {
-                tracing::info!(apiserver = %slot.state.spec.name, "apiserver departed; no new request reaches it, its exclusive APIs answer 503 until it is forgotten");
-                self.metrics.membership_change("departed");
-                slot.state.departed = Some(now);
-                slot.state.ready = false;
-                if let Some(t) = slot.task.take() {
-                    t.abort();
-                }
-            }
-        }
-        self.forget_expired();
-    }
-
-    /// Departed members are forgotten after the retention period (at once
-    /// when nothing about them is known).
-    fn forget_expired(&mut self) {
-        let retention = self.options.departed_retention;
-        let before = self.slots.len();
-        self.slots.retain(|s| match s.state.departed {
-            Some(at) if s.state.view.is_none() || at.elapsed() >= retention => {
-                tracing::info!(apiserver = %s.state.spec.name, "departed apiserver forgotten");
-                false
-            }
-            _ => true,
-        });
-        for _ in self.slots.len()..before {
-            self.metrics.membership_change("forgotten");
-        }
     }
 
     /// Follows `members` and applies every member's reports until the

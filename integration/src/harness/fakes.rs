@@ -165,3 +165,8 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
     }
     Proc::spawn(&format!("fake-{}", spec.name), dir, &fake_bin()?, &args)
 }
+
+/// Which fake apiserver answered, from a resource response's body.
+pub fn served_by(v: &Value) -> &str {
+    v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")
+}

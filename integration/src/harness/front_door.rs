@@ -229,7 +229,7 @@ impl FrontDoor {
     pub fn https(&self, identity: Option<&crate::pki::Leaf>, http2: bool) -> Result<reqwest::Client> {
         let pki = self.tls.as_ref().context("not a TLS front door")?;
         let alpn: &[&[u8]] = if http2 { &[b"h2"] } else { &[b"http/1.1"] };
-        let config = tls_client_config(&pki.serving.cert_file, identity, alpn)?;
+        let config = super::tls_client_config(&pki.serving.cert_file, identity, alpn)?;
         let mut b = reqwest::Client::builder().use_preconfigured_tls(config).no_proxy().timeout(Duration::from_secs(10));
         b = if http2 { b.http2_prior_knowledge() } else { b.http1_only() };
         Ok(b.build()?)
@@ -357,45 +357,4 @@ fn kubeconfig_yaml(server: &str, tls: Option<&Pki>) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}{ca}\nusers:\n- name: u\n  user:{user}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
     )
-}
-
-/// Edits the HTTP filter chain of a rendered bootstrap (for
-/// `Options::edit_config` in negative tests).
-pub fn edit_http_filters(yaml: &str, edit: impl FnOnce(&mut Vec<Value>)) -> String {
-    let mut v: Value = serde_yaml_ng::from_str(yaml).unwrap_or_default();
-    if let Some(filters) = v
-        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters")
-        .and_then(Value::as_array_mut)
-    {
-        edit(filters);
-    }
-    serde_yaml_ng::to_string(&v).unwrap_or_default()
-}
-
-/// Which fake apiserver answered, from a resource response's body.
-pub fn served_by(v: &Value) -> &str {
-    v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")
-}
-
-
-/// rustls client configuration trusting `ca`, presenting `identity` if given.
-pub fn tls_client_config(ca: &Path, identity: Option<&crate::pki::Leaf>, alpn: &[&[u8]]) -> Result<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
-        roots.add(c?)?;
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
-    let mut config = match identity {
-        Some(id) => {
-            let certs = rustls::pki_types::CertificateDer::pem_file_iter(&id.cert_file)?.collect::<Result<Vec<_>, _>>()?;
-            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&id.key_file)?;
-            builder.with_client_auth_cert(certs, key)?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
 }

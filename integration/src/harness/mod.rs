@@ -19,11 +19,12 @@ pub mod served;
 pub mod tools;
 pub mod topology;
 
-pub use fakes::{Fake, FakeSpec, FakeTls, start_fake};
-pub use front_door::{FrontDoor, Options, edit_http_filters, served_by, tls_client_config};
+pub use fakes::{Fake, FakeSpec, FakeTls, served_by, start_fake};
+pub use front_door::{FrontDoor, Options};
+pub use secure::tls_client_config;
 pub use process::{Proc, free_ports, wait_for};
 pub use served::{ServedResource, served_resources};
 pub use tools::{
     decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, python, wasm_file, workspace_root,
 };
-pub use topology::{Ports, Topology};
+pub use topology::{Ports, Topology, edit_http_filters};

@@ -93,7 +93,7 @@ impl RealControlPlane {
         let lines: Vec<String> = TOKENS.iter().map(|(t, u, g)| format!("{t},{u},{u},\"{g}\"")).collect();
         std::fs::write(&tokens, lines.join("\n") + "\n")?;
         let admin = pki.clients.client(dir.path(), "admin", "kubernetes-admin", &["system:masters"])?;
-        let http = crate::harness::front_door::tls_client_config(&pki.serving.cert_file, Some(&admin), &[b"http/1.1"])
+        let http = crate::harness::tls_client_config(&pki.serving.cert_file, Some(&admin), &[b"http/1.1"])
             .and_then(|c| Ok(reqwest::Client::builder().use_preconfigured_tls(c).no_proxy().timeout(Duration::from_secs(30)).build()?))?;
 
         let apiservers = specs

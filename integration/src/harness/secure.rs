@@ -77,3 +77,25 @@ pub fn kubeconfig(dir: &Path, server: &str, ca: &Path, user: &str) -> std::path:
     std::fs::write(&path, text).expect("writing a kubeconfig");
     path
 }
+
+/// rustls client configuration trusting `ca`, presenting `identity` if given.
+pub fn tls_client_config(ca: &Path, identity: Option<&crate::pki::Leaf>, alpn: &[&[u8]]) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
+        roots.add(c?)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some(id) => {
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(&id.cert_file)?.collect::<Result<Vec<_>, _>>()?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&id.key_file)?;
+            builder.with_client_auth_cert(certs, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}

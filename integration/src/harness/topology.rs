@@ -222,3 +222,16 @@ pub fn all_healthy(t: &Value) -> bool {
 fn regex_escape(s: &str) -> String {
     s.chars().flat_map(|c| if ".^$*+?()[]{}|\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
 }
+
+/// Edits the HTTP filter chain of a rendered bootstrap (for
+/// `Options::edit_config` in negative tests).
+pub fn edit_http_filters(yaml: &str, edit: impl FnOnce(&mut Vec<Value>)) -> String {
+    let mut v: Value = serde_yaml_ng::from_str(yaml).unwrap_or_default();
+    if let Some(filters) = v
+        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters")
+        .and_then(Value::as_array_mut)
+    {
+        edit(filters);
+    }
+    serde_yaml_ng::to_string(&v).unwrap_or_default()
+}
