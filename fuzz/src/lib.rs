@@ -100,7 +100,7 @@ pub fn discovery_merge(data: &[u8]) {
 }
 
 pub fn ext_proc_message(data: &[u8]) {
-    use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, processing_request};
+    use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse, processing_request};
     use envoy_types::pb::google::protobuf::Struct;
     let Ok(req) = ProcessingRequest::decode(data) else { return };
     let attributes: HashMap<String, Struct> = req.attributes.clone().into_iter().collect();
@@ -116,7 +116,9 @@ pub fn ext_proc_message(data: &[u8]) {
         let answers = response::answer(&outcome);
         assert!(!answers.is_empty(), "no answer to a response-headers message");
         for a in answers {
-            let _ = a.encode_to_vec();
+            // What Envoy receives (a pre-encoded head and the shared body
+            // included) is a message it can decode.
+            assert!(ProcessingResponse::decode(a.encoded().as_slice()).is_ok(), "an answer does not decode");
         }
     }
 }

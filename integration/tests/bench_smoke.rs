@@ -22,15 +22,26 @@ fn every_variant_produces_numbers() {
         assert!(v["latency"]["p50_ms"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["latency"]["p99_ms"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["cpu_us_per_request"].as_f64().is_some(), "{v}");
+        assert_eq!(v["throughput"]["runs"].as_array().unwrap().len(), 2, "one run per round: {v}");
     }
-    assert_eq!(r["ratios"].as_object().unwrap().len(), 8);
+    // Ratios are per round: a median and its spread.
+    let ratios = r["ratios"].as_object().unwrap();
+    assert_eq!(ratios.len(), 7);
+    for (k, v) in ratios {
+        assert_eq!(v["rounds"].as_array().unwrap().len(), 2, "{k}");
+        assert!(v["min"].as_f64().unwrap() <= v["median"].as_f64().unwrap(), "{k}");
+    }
+    assert!(r["load_average"]["start"].as_str().unwrap().split(' ').count() == 3);
+    let crd = &r["crd_heavy"];
+    assert_eq!(crd["requests"].as_u64().unwrap(), 32);
+    assert!(crd["under_load"]["p99_ms"].as_f64().unwrap() > 0.0 && crd["ext_proc_rss_mib"].as_f64().unwrap() > 0.0, "{crd}");
     for k in ["apis_merged", "apis_passthrough"] {
         assert!(r["discovery"][k]["p99_ms"].as_f64().unwrap() > 0.0);
     }
     assert!(r["propagation_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["ext_proc_rss_mib_3_apiservers_v1_37"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["wasm_vm_mib_per_worker_5000_gvr"].as_f64().unwrap() > 0.0);
-    assert_eq!(r["targets"].as_array().unwrap().len(), 9);
+    assert_eq!(r["targets"].as_array().unwrap().len(), 12);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);
     for n in ["(1)", "(2)", "(3)", "(4)", "(5)", "(6)"] {

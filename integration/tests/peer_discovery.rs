@@ -216,26 +216,8 @@ async fn ext_proc_down_serves_the_unmerged_document() {
 async fn large_crd_heavy_documents_are_merged_and_gzipped() {
     let door = FrontDoor::start(&two(), Options::default()).await.unwrap();
     // 3,000 CRD groups on v137 (e.g. one not yet seen by v130).
-    let mut apis: Value = serde_json::from_slice(&std::fs::read(integration::harness::fixtures_dir().join("v1.37/apis.json")).unwrap()).unwrap();
-    let template = apis["items"][0]["versions"][0]["resources"][0].clone();
-    for i in 0..3000 {
-        let mut r = template.clone();
-        r["resource"] = json!(format!("widgets{i}"));
-        r["singularResource"] = json!(format!("widget{i}"));
-        r["responseKind"] = json!({"group": "", "version": "", "kind": format!("Widget{i}")});
-        r["categories"] = json!(["all", "example"]);
-        r["shortNames"] = json!([format!("w{i}")]);
-        let versions: Vec<Value> = ["v1", "v1beta1"].iter().map(|v| json!({"version": v, "resources": [r.clone(), r.clone()], "freshness": "Current"})).collect();
-        let mut versions = versions;
-        for v in &mut versions {
-            v["resources"][1]["resource"] = json!(format!("gadgets{i}"));
-        }
-        apis["items"].as_array_mut().unwrap().push(json!({"metadata": {"name": format!("crd{i}.example.com")}, "versions": versions}));
-    }
-    let api: Value = serde_json::from_slice(&std::fs::read(integration::harness::fixtures_dir().join("v1.37/api.json")).unwrap()).unwrap();
-    let api_v1: Value = serde_json::from_slice(&std::fs::read(integration::harness::fixtures_dir().join("v1.37/api__v1.json")).unwrap()).unwrap();
-    let body = serde_json::to_vec(&json!({"api": api, "apis": apis, "apiV1": api_v1})).unwrap();
-    let input_size = serde_json::to_vec(&apis).unwrap().len();
+    let body = serde_json::to_vec(&integration::harness::crd_heavy::fake_documents(3000)).unwrap();
+    let input_size = serde_json::to_vec(&integration::harness::crd_heavy::apis(3000)).unwrap().len();
     assert!(input_size > 4 << 20, "only {input_size} bytes");
     let resp = door.http.post(format!("{}/__fake/documents", door.fake("v137").url())).body(body).send().await.unwrap();
     assert_eq!(resp.status(), 200);

@@ -2,10 +2,9 @@
 //! request framing and response validation.
 //!
 //! The call is real gRPC (HTTP/2, `application/grpc`, length-prefixed
-//! messages, `grpc-status`), sent with proxy-wasm's `dispatch_http_call`:
-//! unlike `dispatch_grpc_call`, that host call reports a missing cluster as an
-//! error instead of panicking inside the SDK, so a misconfigured bootstrap
-//! cannot kill the refresher VM.
+//! messages, `grpc-status`), framed here and sent with proxy-wasm's
+//! `proxy_http_call`, which reports a missing cluster as a status: a
+//! misconfigured bootstrap gets a logged error, not a dead refresher VM.
 
 use mvp_protos::routing::v1 as pb;
 use prost::Message;

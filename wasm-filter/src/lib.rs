@@ -9,10 +9,11 @@
 //! verified client certificate into requestheaders.
 //!
 //! Everything but `adapter` is plain Rust over the [`host::Host`] trait and
-//! tested natively; `adapter` is the thin proxy-wasm glue and exists only in
-//! the wasm32 build.
+//! tested natively; `adapter` is the thin proxy-wasm glue (the ABI itself, no
+//! SDK: see its module comment for why) and exists only in the wasm32 build.
 
 pub mod get_table;
+pub mod header_map;
 pub mod host;
 pub mod identity;
 pub mod refresher;

@@ -2,8 +2,8 @@
 //! mvp-ext-proc for a newer routing table every poll interval and publishes
 //! it to the workers through shared data.
 //!
-//! Host-independent: the adapter makes the call it asks for (only the SDK's
-//! root context can dispatch one) and hands it the answer.
+//! Host-independent: the adapter makes the call it asks for and hands it the
+//! answer.
 
 use std::time::Duration;
 

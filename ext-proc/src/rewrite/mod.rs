@@ -10,10 +10,12 @@
 //! [`exchange`] (what the response phase knows of the request) →
 //! [`negotiate`] (which answer the client asked for) → [`decide`] (what it
 //! gets) → [`response`] (the ext_proc message), by [`server`] (the phase
-//! handler) on [`stream`] (the stream loop).
+//! handler) on [`stream`] (the stream loop), served by [`grpc`] (the service,
+//! with a codec that sends a merged body without copying it into a message).
 
 pub mod decide;
 pub mod exchange;
+pub mod grpc;
 pub mod negotiate;
 pub mod openapi;
 pub mod response;

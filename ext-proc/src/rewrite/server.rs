@@ -6,15 +6,13 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpHeaders, ProcessingRequest, ProcessingResponse, external_processor_server::ExternalProcessor,
-    external_processor_server::ExternalProcessorServer, processing_request,
-};
+use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingRequest, processing_request};
 use tokio::sync::watch;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Status, Streaming};
 
 use super::decide::{Outcome, Pass, decide};
 use super::exchange::{Exchange, Target};
+use super::grpc::{ExternalProcessorServer, Outgoing, Processor};
 use super::openapi::{Upstream, decide_v2, decide_v3_index};
 use super::response;
 use super::stream::{Responses, answer_each};
@@ -37,12 +35,10 @@ impl Rewriter {
     ) -> ExternalProcessorServer<Rewriter> {
         // Responses carry whole discovery and OpenAPI documents; a
         // CRD-heavy cluster's can be tens of MiB.
-        ExternalProcessorServer::new(Rewriter { merged, openapi, metrics })
-            .max_encoding_message_size(256 << 20)
-            .max_decoding_message_size(16 << 20)
+        ExternalProcessorServer::new(Rewriter { merged, openapi, metrics }, 16 << 20, 256 << 20)
     }
 
-    fn on_response_headers(&self, h: &HttpHeaders, x: &Exchange) -> Vec<ProcessingResponse> {
+    fn on_response_headers(&self, h: &HttpHeaders, x: &Exchange) -> Vec<Outgoing> {
         if x.plan.is_none() {
             tracing::warn!("ext_proc response phase without request.headers attributes; passing the response through");
         }
@@ -80,13 +76,10 @@ fn header<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
     })
 }
 
-#[tonic::async_trait]
-impl ExternalProcessor for Rewriter {
-    type ProcessStream = Responses;
-
-    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
+impl Processor for Rewriter {
+    fn process(&self, inbound: Streaming<ProcessingRequest>) -> Responses<Outgoing> {
         let this = self.clone();
-        Ok(Response::new(answer_each(request.into_inner(), move |msg| match msg.request {
+        answer_each(inbound, move |msg| match msg.request {
             Some(processing_request::Request::ResponseHeaders(h)) => {
                 Ok(this.on_response_headers(&h, &Exchange::from_attributes(&msg.attributes)))
             }
@@ -96,6 +89,6 @@ impl ExternalProcessor for Rewriter {
                 "mvp-ext-proc handles only the response-headers phase, got {:?}",
                 other.map(|o| std::mem::discriminant(&o))
             ))),
-        })))
+        })
     }
 }

@@ -3,16 +3,19 @@
 //! extension first, then the answer), until Envoy closes the stream or the
 //! handler answers with an error (Envoy then falls back as configured).
 
-use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-pub type Responses = ReceiverStream<Result<ProcessingResponse, Status>>;
+/// The response stream of one `Process` call: `ProcessingResponse`s, or
+/// mvp-ext-proc's pre-encoded [`super::grpc::Outgoing`].
+pub type Responses<T> = ReceiverStream<Result<T, Status>>;
 
-pub fn answer_each<F>(mut inbound: Streaming<ProcessingRequest>, handle: F) -> Responses
+pub fn answer_each<T, F>(mut inbound: Streaming<ProcessingRequest>, handle: F) -> Responses<T>
 where
-    F: Fn(ProcessingRequest) -> Result<Vec<ProcessingResponse>, Status> + Send + 'static,
+    T: Send + 'static,
+    F: Fn(ProcessingRequest) -> Result<Vec<T>, Status> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {

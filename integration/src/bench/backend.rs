@@ -93,6 +93,11 @@ impl Backend {
         Ok(envoy)
     }
 
+    /// mvp-ext-proc's `/table`, once `accept` holds.
+    pub async fn wait_table(&self, accept: impl Fn(&Value) -> bool) -> Result<Value> {
+        self.topology.wait_table(&self.http, accept).await
+    }
+
     /// Envoy's admin stat on `admin`.
     pub async fn stat(&self, admin: u16, name: &str) -> Option<u64> {
         self.front(0, admin).envoy_stat(&self.http, name).await

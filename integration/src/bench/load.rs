@@ -45,41 +45,64 @@ fn run(cmd: &mut Command) -> Result<String> {
     Ok(text)
 }
 
-/// Saturated throughput: wrk, one thread, fixed connections, `repeats` runs.
-pub fn throughput(url: &str, duration: Duration, repeats: usize) -> Result<Throughput> {
-    let mut runs = Vec::new();
-    let mut total = 0u64;
-    for _ in 0..repeats.max(1) {
-        let text = run(Command::new("taskset").args(["-c", "1", "wrk", "-t1", &format!("-c{CONNECTIONS}"), &format!("-d{}s", duration.as_secs().max(1)), url]))?;
-        if text.contains("Non-2xx or 3xx responses") {
-            bail!("wrk saw errors against {url}:\n{text}");
-        }
-        let rps: f64 = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("Requests/sec:")?.trim().parse().ok())
-            .with_context(|| format!("no Requests/sec in wrk output:\n{text}"))?;
-        let requests: u64 = text
-            .lines()
-            .find_map(|l| l.trim().split_once(" requests in ")?.0.trim().parse().ok())
-            .with_context(|| format!("no request count in wrk output:\n{text}"))?;
-        runs.push(rps);
-        total += requests;
+/// Saturated throughput: one wrk run (one thread, fixed connections):
+/// requests per second and requests served.
+pub fn wrk(url: &str, duration: Duration) -> Result<(f64, u64)> {
+    let text = run(Command::new("taskset").args(["-c", "1", "wrk", "-t1", &format!("-c{CONNECTIONS}"), &format!("-d{}s", duration.as_secs().max(1)), url]))?;
+    if text.contains("Non-2xx or 3xx responses") {
+        bail!("wrk saw errors against {url}:\n{text}");
     }
-    let mut sorted = runs.clone();
-    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    Ok(Throughput {
-        median_rps: sorted[sorted.len() / 2],
-        min_rps: sorted[0],
-        max_rps: sorted[sorted.len() - 1],
-        runs,
-        total_requests: total,
-    })
+    let rps: f64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:")?.trim().parse().ok())
+        .with_context(|| format!("no Requests/sec in wrk output:\n{text}"))?;
+    let requests: u64 = text
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in ")?.0.trim().parse().ok())
+        .with_context(|| format!("no request count in wrk output:\n{text}"))?;
+    Ok((rps, requests))
+}
+
+impl Throughput {
+    /// One run per round.
+    pub fn from_runs(runs: Vec<f64>, total_requests: u64) -> Throughput {
+        let s = Spread::of(&runs);
+        Throughput { median_rps: s.median, min_rps: s.min, max_rps: s.max, runs, total_requests }
+    }
+}
+
+/// A value measured once per round: the median and the range.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub rounds: Vec<f64>,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Spread {
+        let mut s = values.to_vec();
+        s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        let median = match s.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => s[n / 2],
+            n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+        };
+        Spread { median, min: s.first().copied().unwrap_or(0.0), max: s.last().copied().unwrap_or(0.0), rounds: values.to_vec() }
+    }
+}
+
+impl Latency {
+    pub fn of(samples: &[f64]) -> Latency {
+        Latency { p50_ms: super::percentile(samples, 50.0), p99_ms: super::percentile(samples, 99.0), requests: samples.len() as u64 }
+    }
 }
 
 /// Latency at a fixed rate: h2load (HTTP/1.1) with `workers` connections
-/// each sending `rate` requests per second; percentiles from its per-request
-/// log, in microseconds (hey's report stops at 0.1 ms).
-pub fn latency(url: &str, workers: u32, rate: u32, duration: Duration, headers: &[(&str, &str)]) -> Result<Latency> {
+/// each sending `rate` requests per second; every request's latency in ms,
+/// from its per-request log (µs resolution; hey's report stops at 0.1 ms).
+pub fn latency(url: &str, workers: u32, rate: u32, duration: Duration, headers: &[(&str, &str)]) -> Result<Vec<f64>> {
     let log = tempfile::NamedTempFile::new()?;
     let mut cmd = Command::new("taskset");
     cmd.args(["-c", "1", "h2load", "--h1", "-c", &workers.to_string(), "--rps", &rate.to_string()]);
@@ -107,11 +130,16 @@ pub fn latency(url: &str, workers: u32, rate: u32, duration: Duration, headers: 
     if samples.is_empty() {
         bail!("h2load logged no requests:\n{text}");
     }
-    Ok(Latency { p50_ms: super::percentile(&samples, 50.0), p99_ms: super::percentile(&samples, 99.0), requests: samples.len() as u64 })
+    Ok(samples)
 }
 
 pub fn clock_ticks() -> f64 {
     Command::new("getconf").arg("CLK_TCK").output().ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).unwrap_or(100.0)
+}
+
+/// The 1-, 5- and 15-minute load averages: how busy the shared machine was.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
 }
 
 pub fn machine() -> BTreeMap<String, String> {

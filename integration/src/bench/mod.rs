@@ -2,10 +2,13 @@
 //! same config except the filter, the same minimal upstream, one run.
 //!
 //! Envoy (`--concurrency 1`) and mvp-ext-proc are pinned to core 0; the load
-//! generator and the upstream to core 1. Throughput is wrk at fixed
-//! concurrency for a bounded time, repeated (median and spread); latency is
-//! h2load at a fixed moderate rate; CPU per request is Envoy's (and, for the
-//! ext_proc variant, mvp-ext-proc's) CPU time from /proc over the wrk run.
+//! generator and the upstream to core 1. The machine is shared and noisy, so
+//! variants run interleaved in rounds (each round measures every variant once,
+//! in a rotated order) and a ratio is the median of its per-round ratios, with
+//! their range. Throughput is wrk at fixed concurrency for a bounded time;
+//! latency is h2load at a fixed moderate rate; CPU per request is Envoy's (and,
+//! for the ext_proc variant, its ext_proc server's) CPU time from /proc over
+//! the wrk run. The load average is recorded at the start and the end.
 
 pub mod api_set;
 mod backend;
@@ -21,71 +24,134 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::harness::{fixtures_dir, free_ports};
+use crate::harness::{Proc, fixtures_dir, free_ports};
 use backend::{Backend, VM_MEMORY_STAT, wait_routed};
-use load::{Latency, Throughput};
+use load::{Latency, Spread, Throughput};
 pub use report::{percentile, render_table};
 use variants::Variant;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub smoke: bool,
+    /// Rounds: every variant is measured once per round, in a rotated order,
+    /// so a burst of load from elsewhere on the machine hits one round of
+    /// every variant rather than all runs of one.
+    pub rounds: usize,
+    /// wrk's duration per variant per round.
     pub duration: Duration,
-    pub repeats: usize,
+    /// h2load's duration per variant per round.
+    pub latency_duration: Duration,
     /// h2load: connections × per-connection rate = the fixed moderate rate.
     pub latency_workers: u32,
     pub latency_rate_per_worker: u32,
     pub propagation_changes: usize,
     pub refresh_interval: Duration,
+    /// The CRD-heavy `/apis` case: requests, spread over `crd_heavy_clients`
+    /// concurrent clients.
+    pub crd_heavy_requests: usize,
+    pub crd_heavy_clients: usize,
+    pub crd_heavy_groups: usize,
+    /// Which parts run: the front-door variants and propagation, and the
+    /// `/apis` cases. A full run (what BENCHMARKS.md holds) runs both.
+    pub front_door: bool,
+    pub discovery: bool,
 }
 
 impl Settings {
     pub fn full() -> Settings {
         Settings {
             smoke: false,
+            rounds: 5,
             duration: Duration::from_secs(5),
-            repeats: 3,
+            latency_duration: Duration::from_secs(3),
             latency_workers: 4,
             latency_rate_per_worker: 250,
             propagation_changes: 30,
             refresh_interval: Duration::from_millis(500),
+            crd_heavy_requests: 10_000,
+            crd_heavy_clients: 16,
+            crd_heavy_groups: 3000,
+            front_door: true,
+            discovery: true,
         }
     }
 
     pub fn smoke() -> Settings {
         Settings {
             smoke: true,
+            rounds: 2,
             duration: Duration::from_secs(1),
-            repeats: 1,
+            latency_duration: Duration::from_secs(1),
             latency_workers: 2,
             latency_rate_per_worker: 50,
             propagation_changes: 2,
             refresh_interval: Duration::from_millis(500),
+            crd_heavy_requests: 32,
+            crd_heavy_clients: 4,
+            crd_heavy_groups: 300,
+            front_door: true,
+            discovery: true,
         }
     }
 }
 
 #[derive(Debug, Serialize)]
 pub struct VariantResult {
-    /// The numbering: (1) no filter … (5) ext_proc.
+    /// The numbering: (1) no filter … (6) the wasm floor.
     pub number: u32,
     pub name: String,
     pub description: String,
     pub gvrs: usize,
+    /// One wrk run per round.
     pub throughput: Throughput,
+    /// Every round's h2load samples together.
     pub latency: Latency,
-    /// Envoy CPU (plus mvp-ext-proc's for the ext_proc variant) per request.
+    /// Envoy's CPU (plus its ext_proc server's for variant 5) per request,
+    /// from the processes' own /proc counters over each round's wrk run:
+    /// the median over rounds.
     pub cpu_us_per_request: f64,
+    pub cpu_us_per_request_rounds: Vec<f64>,
+}
+
+/// The CRD-heavy `/apis` case.
+#[derive(Debug, Default, Serialize)]
+pub struct CrdHeavy {
+    pub document_bytes: usize,
+    pub groups: usize,
+    pub requests: usize,
+    pub clients: usize,
+    /// Responses that were not the merged document (the apiserver's own,
+    /// recognised by its ETag): Envoy fell back.
+    pub unmerged: usize,
+    pub envoy_message_timeouts: u64,
+    pub envoy_timeout_extensions: u64,
+    /// Latency seen by the concurrent clients (whole body read), ms.
+    pub under_load: Latency,
+    pub seconds: f64,
+    /// CPU per request under that load, from each process's /proc counters.
+    pub envoy_cpu_ms_per_request: f64,
+    pub ext_proc_cpu_ms_per_request: f64,
+    /// Added by merging at a moderate rate, per round (merged − passthrough).
+    pub added_p50_ms: Spread,
+    pub added_p99_ms: Spread,
+    pub passthrough: Latency,
+    pub merged: Latency,
+    pub ext_proc_rss_mib: f64,
+    pub envoy_rss_mib: f64,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Results {
     pub machine: BTreeMap<String, String>,
     pub settings: BTreeMap<String, String>,
+    /// `/proc/loadavg` at the start and the end of the run.
+    pub load_average: BTreeMap<String, String>,
     pub variants: Vec<VariantResult>,
-    pub ratios: BTreeMap<String, f64>,
+    /// Per-round ratios: median and spread.
+    pub ratios: BTreeMap<String, Spread>,
     pub discovery: BTreeMap<String, Latency>,
-    pub discovery_added_ms: BTreeMap<String, f64>,
+    pub discovery_added_ms: BTreeMap<String, Spread>,
+    pub crd_heavy: CrdHeavy,
     pub propagation_ms: BTreeMap<String, f64>,
     pub memory: BTreeMap<String, f64>,
     pub targets: Vec<(String, bool, String)>,
@@ -106,12 +172,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
+    crate::harness::process::rss_kib(pid) as f64 / 1024.0
 }
 
 /// Checks the variant routes the benchmark path the way it should.
@@ -129,111 +190,153 @@ async fn check_routing(http: &reqwest::Client, url: &str, expect_routed: Option<
     Ok(())
 }
 
+/// One running variant: its Envoy and what is measured on it.
+struct Door {
+    variant: Variant,
+    gvrs: usize,
+    /// Held: the Envoy runs as long as the door.
+    _envoy: Proc,
+    admin: u16,
+    url: String,
+    /// Processes whose CPU counts: Envoy, and variant (5)'s ext_proc server.
+    pids: Vec<u32>,
+    rps: Vec<f64>,
+    requests: u64,
+    cpu_us: Vec<f64>,
+    latency: Vec<f64>,
+}
+
+/// Round `round`'s order: the list rotated, so no variant always runs first
+/// (right after an idle pause) or last.
+fn rotated(n: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |i| (i + round) % n.max(1))
+}
+
+/// Ratios of two variants' values, round by round.
+fn per_round(a: &[f64], b: &[f64]) -> Spread {
+    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)).collect();
+    Spread::of(&r)
+}
+
 pub async fn run(settings: Settings) -> Result<Results> {
     load::check_tools()?;
+    let load_start = load::load_average();
     let dir = tempfile::Builder::new().prefix("mvp-bench-").tempdir()?;
     let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-    let mut variants_out = Vec::new();
     let mut memory = BTreeMap::new();
 
-    // Tables: 50 and 5,000 group/version/resources over three apiservers.
-    for (gvrs, list) in [(50usize, Variant::small_table()), (5000, Variant::large_table())] {
+    // Tables: 50 and 5,000 group/version/resources over three apiservers,
+    // each behind its own upstream and mvp-ext-proc; every variant's Envoy
+    // runs from the start (idle ones cost nothing measurable).
+    let mut backends = Vec::new();
+    let mut doors = Vec::new();
+    let tables = if settings.front_door { vec![(50usize, Variant::small_table()), (5000, Variant::large_table())] } else { vec![] };
+    for (gvrs, list) in tables {
         let table = api_set::ApiSet::generate(gvrs);
-        let docs_dir = dir.path().join(format!("docs-{gvrs}"));
-        let servers = table.write(&docs_dir)?;
+        let servers = table.write(&dir.path().join(format!("docs-{gvrs}")))?;
         let refs: Vec<(&str, &Path)> = servers.iter().map(|(n, p)| (n.as_str(), p.as_path())).collect();
         let backend = Backend::start(dir.path(), &refs, settings.refresh_interval).await?;
-        let target = table.routed_path();
         let capable: Vec<String> = table.routed_servers();
         for variant in list {
             let (listen, admin) = two_ports();
             let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
-            let envoy = backend.envoy(variant.name(), &config, listen, admin, 1, variant.uses_wasm()).await?;
-            let url = format!("http://127.0.0.1:{listen}{target}");
+            let envoy = backend.envoy(&format!("{}-{gvrs}", variant.name()), &config, listen, admin, 1, variant.uses_wasm()).await?;
+            let url = format!("http://127.0.0.1:{listen}{}", table.routed_path());
             check_routing(&http, &url, variant.routes().then_some(capable.as_slice()))
                 .await
                 .with_context(|| format!("variant {}", variant.name()))?;
-            let pids: Vec<u32> = if variant.uses_ext_proc() {
-                vec![envoy.pid(), backend.router.pid()]
-            } else {
-                vec![envoy.pid()]
-            };
-            let before: u64 = pids.iter().map(|p| cpu_ticks(*p)).sum();
-            let throughput = load::throughput(&url, settings.duration, settings.repeats)?;
-            let ticks = pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() - before;
-            let cpu_us = ticks as f64 * 1e6 / load::clock_ticks() / throughput.total_requests.max(1) as f64;
-            let latency = load::latency(&url, settings.latency_workers, settings.latency_rate_per_worker, settings.duration, &[])?;
-            if variant.uses_wasm() && gvrs == 5000 {
-                let bytes = backend.stat(admin, VM_MEMORY_STAT).await.unwrap_or(0);
-                memory.insert("wasm_vm_mib_per_worker_5000_gvr".into(), bytes as f64 / (1024.0 * 1024.0));
+            let mut pids = vec![envoy.pid()];
+            if variant.uses_ext_proc() {
+                pids.push(backend.router.pid());
             }
-            variants_out.push(VariantResult {
-                number: variant.number(gvrs),
-                name: variant.name().into(),
-                description: variant.description().into(),
-                gvrs,
-                throughput,
-                latency,
-                cpu_us_per_request: cpu_us,
-            });
-            drop(envoy);
+            doors.push(Door { variant, gvrs, _envoy: envoy, admin, url, pids, rps: vec![], requests: 0, cpu_us: vec![], latency: vec![] });
         }
-        if gvrs == 50 {
-            // Propagation: discovery change → every worker routes by it.
-            let (listen, admin) = two_ports();
-            let config = Variant::Wasm.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
-            let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
-            let samples = propagation(&backend, &table, listen, settings.propagation_changes).await?;
-            drop(envoy);
-            memory.insert("propagation_samples".into(), samples.len() as f64);
-            memory.insert("propagation_p50_ms".into(), percentile(&samples, 50.0));
-            memory.insert("propagation_p99_ms".into(), percentile(&samples, 99.0));
+        backends.push((backend, table));
+    }
+    for round in 0..if doors.is_empty() { 0 } else { settings.rounds } {
+        eprintln!("round {}/{} (load average {})", round + 1, settings.rounds, load::load_average());
+        for i in rotated(doors.len(), round) {
+            let Some(d) = doors.get_mut(i) else { continue };
+            let before: u64 = d.pids.iter().map(|p| cpu_ticks(*p)).sum();
+            let (rps, requests) = load::wrk(&d.url, settings.duration)?;
+            let ticks = d.pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() - before;
+            d.rps.push(rps);
+            d.requests += requests;
+            d.cpu_us.push(ticks as f64 * 1e6 / load::clock_ticks() / requests.max(1) as f64);
+        }
+        for i in rotated(doors.len(), round) {
+            let Some(d) = doors.get_mut(i) else { continue };
+            let samples = load::latency(&d.url, settings.latency_workers, settings.latency_rate_per_worker, settings.latency_duration, &[])?;
+            d.latency.extend(samples);
         }
     }
+    let mut variants_out = Vec::new();
+    for d in &doors {
+        if d.variant.uses_wasm() && d.gvrs == 5000 {
+            let bytes = backends.first().map(|(b, _)| b).map(|b| b.stat(d.admin, VM_MEMORY_STAT));
+            let bytes = match bytes {
+                Some(f) => f.await.unwrap_or(0),
+                None => 0,
+            };
+            memory.insert("wasm_vm_mib_per_worker_5000_gvr".into(), bytes as f64 / (1024.0 * 1024.0));
+        }
+        variants_out.push(VariantResult {
+            number: d.variant.number(d.gvrs),
+            name: d.variant.name().into(),
+            description: d.variant.description().into(),
+            gvrs: d.gvrs,
+            throughput: Throughput::from_runs(d.rps.clone(), d.requests),
+            latency: Latency::of(&d.latency),
+            cpu_us_per_request: Spread::of(&d.cpu_us).median,
+            cpu_us_per_request_rounds: d.cpu_us.clone(),
+        });
+    }
+    let mut ratios = BTreeMap::new();
+    let find = |name: &str, gvrs: usize| doors.iter().find(|d| d.variant.name() == name && d.gvrs == gvrs);
+    let pairs = [
+        ("throughput (2)/(1) wasm/no-filter", ("wasm", 50), ("no-filter", 50)),
+        ("throughput (3)/(2) wasm 5000/wasm 50", ("wasm", 5000), ("wasm", 50)),
+        ("throughput (2)/(4) wasm/lua", ("wasm", 50), ("lua", 50)),
+        ("throughput (2)/(5) wasm/ext-proc", ("wasm", 50), ("ext-proc", 50)),
+        ("throughput (2)/(6) wasm/floor", ("wasm", 50), ("wasm-floor", 50)),
+        ("throughput (6)/(1) floor/no-filter", ("wasm-floor", 50), ("no-filter", 50)),
+    ];
+    for (name, a, b) in pairs {
+        if let (Some(a), Some(b)) = (find(a.0, a.1), find(b.0, b.1)) {
+            ratios.insert(name.to_string(), per_round(&a.rps, &b.rps));
+        }
+    }
+    if let (Some(w), Some(l)) = (find("wasm", 50), find("lua", 50)) {
+        ratios.insert("cpu per request (2)/(4) wasm/lua".into(), per_round(&w.cpu_us, &l.cpu_us));
+    }
+    drop(doors);
 
-    // Merged vs passthrough /apis with three apiservers serving the real
-    // v1.37 documents.
-    let real = dir.path().join("docs-v1.37");
-    let mut servers = Vec::new();
-    for name in ["a", "b", "c"] {
-        let d = real.join(name);
-        std::fs::create_dir_all(&d)?;
-        for f in ["api.json", "apis.json"] {
-            std::fs::copy(fixtures_dir().join("v1.37").join(f), d.join(f))?;
-        }
-        servers.push((name, d));
-    }
-    let refs: Vec<(&str, &Path)> = servers.iter().map(|(n, p)| (*n, p.as_path())).collect();
-    let backend = Backend::start(dir.path(), &refs, settings.refresh_interval).await?;
-    let mut discovery = BTreeMap::new();
-    let accept = ("accept", mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE);
-    for (name, merged) in [("apis_passthrough", false), ("apis_merged", true)] {
+    // Propagation: discovery change → every worker routes by it.
+    if let Some((backend, table)) = backends.first() {
         let (listen, admin) = two_ports();
-        let mut config = backend.render(listen, admin)?;
-        if !merged {
-            variants::disable_ext_proc_on_apis(&mut config);
-        }
-        let envoy = backend.envoy(name, &config, listen, admin, 1, true).await?;
-        let url = format!("http://127.0.0.1:{listen}/apis");
-        let resp = http.get(&url).header(accept.0, accept.1).send().await?;
-        let body = resp.bytes().await?;
-        let doc: Value = serde_json::from_slice(&body)?;
-        if doc["items"].as_array().map(Vec::len).unwrap_or(0) < 10 {
-            bail!("{name}: /apis is not a discovery document");
-        }
-        let lat = load::latency(&url, 2, 100, settings.duration, &[accept])?;
-        discovery.insert(name.to_string(), lat);
+        let config = Variant::Wasm.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
+        let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
+        let samples = propagation(backend, table, listen, settings.propagation_changes).await?;
         drop(envoy);
+        memory.insert("propagation_samples".into(), samples.len() as f64);
+        memory.insert("propagation_p50_ms".into(), percentile(&samples, 50.0));
+        memory.insert("propagation_p99_ms".into(), percentile(&samples, 99.0));
     }
-    memory.insert("ext_proc_rss_mib_3_apiservers_v1_37".into(), rss_mib(backend.ext_proc.pid()));
-    drop(backend);
-    variants_out.sort_by_key(|v| v.number);
+    drop(backends);
+
+    let (mut discovery, mut discovery_added_ms, mut crd) = Default::default();
+    if settings.discovery {
+        (discovery, discovery_added_ms) = real_discovery(dir.path(), &http, &settings, &mut memory).await?;
+        crd = crd_heavy(dir.path(), &http, &settings).await?;
+    }
+    let crd_heavy = crd;
 
     let mut results = Results {
         machine: load::machine(),
         settings: BTreeMap::from([
+            ("rounds".into(), settings.rounds.to_string()),
             ("duration_s".into(), settings.duration.as_secs_f64().to_string()),
-            ("repeats".into(), settings.repeats.to_string()),
+            ("latency_duration_s".into(), settings.latency_duration.as_secs_f64().to_string()),
             ("throughput".into(), format!("wrk -t1 -c{} (pinned to core 1), Envoy --concurrency 1 pinned to core 0", load::CONNECTIONS)),
             (
                 "latency".into(),
@@ -247,16 +350,181 @@ pub async fn run(settings: Settings) -> Result<Results> {
             ("refresh_interval_ms".into(), settings.refresh_interval.as_millis().to_string()),
             ("smoke".into(), settings.smoke.to_string()),
         ]),
+        load_average: BTreeMap::from([("start".into(), load_start), ("end".into(), load::load_average())]),
         variants: variants_out,
-        ratios: BTreeMap::new(),
+        ratios,
         discovery,
-        discovery_added_ms: BTreeMap::new(),
+        discovery_added_ms,
+        crd_heavy,
         propagation_ms: BTreeMap::new(),
         memory,
         targets: vec![],
     };
+    results.variants.sort_by_key(|v| v.number);
     report::finish(&mut results);
     Ok(results)
+}
+
+/// Merged vs passthrough `/apis` with three apiservers serving the real
+/// v1.37 documents, interleaved in rounds.
+async fn real_discovery(
+    dir: &Path,
+    http: &reqwest::Client,
+    settings: &Settings,
+    memory: &mut BTreeMap<String, f64>,
+) -> Result<(BTreeMap<String, Latency>, BTreeMap<String, Spread>)> {
+    let real = dir.join("docs-v1.37");
+    let mut servers = Vec::new();
+    for name in ["a", "b", "c"] {
+        let d = real.join(name);
+        std::fs::create_dir_all(&d)?;
+        for f in ["api.json", "apis.json"] {
+            std::fs::copy(fixtures_dir().join("v1.37").join(f), d.join(f))?;
+        }
+        servers.push((name, d));
+    }
+    let refs: Vec<(&str, &Path)> = servers.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    let backend = Backend::start(dir, &refs, settings.refresh_interval).await?;
+    let measured = merged_vs_passthrough(&backend, http, "v1.37", settings).await?;
+    memory.insert("ext_proc_rss_mib_3_apiservers_v1_37".into(), rss_mib(backend.ext_proc.pid()));
+    drop(backend);
+    Ok(measured)
+}
+
+/// `/apis` through two Envoys on `backend`, one with ext_proc off for it
+/// (the answering apiserver's own document) and one merging, measured in
+/// alternating rounds: pooled latencies, and the per-round added p50/p99.
+async fn merged_vs_passthrough(
+    backend: &Backend,
+    http: &reqwest::Client,
+    label: &str,
+    settings: &Settings,
+) -> Result<(BTreeMap<String, Latency>, BTreeMap<String, Spread>)> {
+    let accept = ("accept", mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE);
+    let mut doors = Vec::new();
+    for (name, merged) in [("apis_passthrough", false), ("apis_merged", true)] {
+        let (listen, admin) = two_ports();
+        let mut config = backend.render(listen, admin)?;
+        if !merged {
+            variants::disable_ext_proc_on_apis(&mut config);
+        }
+        let envoy = backend.envoy(&format!("{name}-{label}"), &config, listen, admin, 1, true).await?;
+        let url = format!("http://127.0.0.1:{listen}/apis");
+        let resp = http.get(&url).header(accept.0, accept.1).send().await?;
+        let doc: Value = serde_json::from_slice(&resp.bytes().await?)?;
+        if doc["items"].as_array().map(Vec::len).unwrap_or(0) < 10 {
+            bail!("{name}: /apis is not a discovery document");
+        }
+        doors.push((name, envoy, url, Vec::new(), Vec::new(), Vec::new()));
+    }
+    // Large documents at a lower rate: 5.5 MB × 200/s would measure loopback
+    // copying, not the merge.
+    let rate = if label == "v1.37" { 100 } else { 10 };
+    for round in 0..settings.rounds {
+        for i in rotated(doors.len(), round) {
+            let Some((_, _, url, all, p50, p99)) = doors.get_mut(i) else { continue };
+            let samples = load::latency(url, 2, rate, settings.latency_duration, &[accept])?;
+            p50.push(percentile(&samples, 50.0));
+            p99.push(percentile(&samples, 99.0));
+            all.extend(samples);
+        }
+    }
+    let mut latency = BTreeMap::new();
+    let mut added = BTreeMap::new();
+    if let [(_, _, _, pa, p50a, p99a), (_, _, _, ma, p50m, p99m)] = doors.as_slice() {
+        let diff = |m: &[f64], p: &[f64]| Spread::of(&m.iter().zip(p).map(|(m, p)| m - p).collect::<Vec<_>>());
+        added.insert("p50".to_string(), diff(p50m, p50a));
+        added.insert("p99".to_string(), diff(p99m, p99a));
+        latency.insert("apis_passthrough".to_string(), Latency::of(pa));
+        latency.insert("apis_merged".to_string(), Latency::of(ma));
+    }
+    Ok((latency, added))
+}
+
+/// One apiserver serving a CRD-heavy document beside one serving v1.30's:
+/// `crd_heavy_requests` uncompressed `/apis` requests from
+/// `crd_heavy_clients` concurrent clients, each checked for the merged ETag;
+/// then the added latency at a moderate rate, and both processes' memory.
+async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Settings) -> Result<CrdHeavy> {
+    let docs = dir.join("docs-crd-heavy");
+    let (big, old) = (docs.join("big"), docs.join("old"));
+    std::fs::create_dir_all(&big)?;
+    std::fs::create_dir_all(&old)?;
+    let apis = serde_json::to_vec(&crate::harness::crd_heavy::apis(settings.crd_heavy_groups))?;
+    std::fs::write(big.join("apis.json"), &apis)?;
+    std::fs::copy(fixtures_dir().join("v1.37/api.json"), big.join("api.json"))?;
+    for f in ["api.json", "apis.json"] {
+        std::fs::copy(fixtures_dir().join("v1.30").join(f), old.join(f))?;
+    }
+    let backend = Backend::start(dir, &[("big", big.as_path()), ("old", old.as_path())], settings.refresh_interval).await?;
+    // The merge runs after the table is published: wait for its ETag.
+    let groups = settings.crd_heavy_groups as u64;
+    let table = backend.wait_table(|t| t["discovery"]["groups"].as_u64().is_some_and(|n| n > groups)).await?;
+    let merged_etag = table["discovery"]["etag"].as_str().context("no merged ETag in /table")?.to_string();
+
+    let (listen, admin) = two_ports();
+    let config = backend.render(listen, admin)?;
+    let envoy = backend.envoy("crd-heavy", &config, listen, admin, 1, true).await?;
+    let url = format!("http://127.0.0.1:{listen}/apis");
+    let accept = mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE;
+    let clients = settings.crd_heavy_clients.max(1);
+    let (envoy_ticks, ext_proc_ticks) = (cpu_ticks(envoy.pid()), cpu_ticks(backend.ext_proc.pid()));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let (http, url, etag) = (http.clone(), url.clone(), merged_etag.clone());
+            let n = settings.crd_heavy_requests / clients + usize::from(c < settings.crd_heavy_requests % clients);
+            tokio::spawn(async move {
+                let (mut unmerged, mut times) = (0usize, Vec::with_capacity(n));
+                for _ in 0..n {
+                    let t = Instant::now();
+                    let r = http.get(&url).header("accept", accept).send().await?;
+                    if r.status() != 200 {
+                        bail!("/apis answered {}", r.status());
+                    }
+                    unmerged += usize::from(r.headers().get("etag").and_then(|e| e.to_str().ok()) != Some(etag.as_str()));
+                    r.bytes().await?;
+                    times.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                Ok((unmerged, times))
+            })
+        })
+        .collect();
+    let (mut unmerged, mut times) = (0, Vec::new());
+    for t in tasks {
+        let (u, s) = t.await??;
+        unmerged += u;
+        times.extend(s);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_ms = |pid: u32, before: u64| (cpu_ticks(pid) - before) as f64 * 1e3 / load::clock_ticks() / times.len().max(1) as f64;
+    let (envoy_cpu_ms, ext_proc_cpu_ms) = (cpu_ms(envoy.pid(), envoy_ticks), cpu_ms(backend.ext_proc.pid(), ext_proc_ticks));
+    let stat = |name: &'static str| backend.stat(admin, name);
+    let timeouts = stat("http.apiserver_front_door.ext_proc.message_timeouts").await.unwrap_or(0);
+    let extensions = stat("http.apiserver_front_door.ext_proc.override_message_timeout_received").await.unwrap_or(0);
+    let (ext_proc_rss, envoy_rss) = (rss_mib(backend.ext_proc.pid()), rss_mib(envoy.pid()));
+    drop(envoy);
+    let (latency, added) = merged_vs_passthrough(&backend, http, "crd-heavy", settings).await?;
+    let get = |k: &str| latency.get(k).cloned().unwrap_or_default();
+    Ok(CrdHeavy {
+        document_bytes: apis.len(),
+        groups: settings.crd_heavy_groups,
+        requests: times.len(),
+        clients,
+        unmerged,
+        envoy_message_timeouts: timeouts,
+        envoy_timeout_extensions: extensions,
+        under_load: Latency::of(&times),
+        seconds,
+        envoy_cpu_ms_per_request: envoy_cpu_ms,
+        ext_proc_cpu_ms_per_request: ext_proc_cpu_ms,
+        added_p50_ms: added.get("p50").cloned().unwrap_or_default(),
+        added_p99_ms: added.get("p99").cloned().unwrap_or_default(),
+        passthrough: get("apis_passthrough"),
+        merged: get("apis_merged"),
+        ext_proc_rss_mib: ext_proc_rss,
+        envoy_rss_mib: envoy_rss,
+    })
 }
 
 /// Changes one apiserver's discovery (a new group only it serves) and times

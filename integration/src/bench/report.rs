@@ -1,7 +1,5 @@
-//! The run's results: ratios, targets, and the table printed at the end (also
+//! The run's results: targets, and the tables printed at the end (also
 //! pasted into BENCHMARKS.md).
-
-use std::collections::BTreeMap;
 
 use super::{Results, VariantResult};
 
@@ -17,45 +15,45 @@ pub fn percentile(samples: &[f64], p: f64) -> f64 {
 
 pub fn finish(r: &mut Results) {
     let by = |name: &str, gvrs: usize| r.variants.iter().find(|v| v.name == name && v.gvrs == gvrs);
-    let (none, wasm, wasm_big, lua, extproc) =
-        (by("no-filter", 50), by("wasm", 50), by("wasm", 5000), by("lua", 50), by("ext-proc", 50));
-    if let (Some(n), Some(w), Some(f)) = (none, wasm, by("wasm-floor", 50)) {
-        // How much of the filter's cost is the SDK's dispatch, not our work.
+    let (none, wasm, extproc, floor) = (by("no-filter", 50), by("wasm", 50), by("ext-proc", 50), by("wasm-floor", 50));
+    if let (Some(n), Some(w), Some(f)) = (none, wasm, floor) {
+        // How much of the filter's cost is proxy-wasm's dispatch, not our work.
         let cpu = |v: &VariantResult| v.cpu_us_per_request - n.cpu_us_per_request;
         r.memory.insert("floor_share_of_wasm_cpu_overhead".into(), cpu(f) / cpu(w).max(1e-9));
         r.memory.insert("wasm_cpu_overhead_us".into(), cpu(w));
         r.memory.insert("floor_cpu_overhead_us".into(), cpu(f));
     }
-    let mut ratios = BTreeMap::new();
     let mut targets = Vec::new();
-    if let (Some(w), Some(f)) = (wasm, by("wasm-floor", 50)) {
-        ratios.insert("throughput (2)/(6) wasm/floor".into(), w.throughput.median_rps / f.throughput.median_rps);
-    }
-    if let (Some(n), Some(w), Some(b), Some(l), Some(e)) = (none, wasm, wasm_big, lua, extproc) {
-        let t = |v: &VariantResult| v.throughput.median_rps;
+    let ratio = |k: &str| r.ratios.get(k).map(|s| (s.median, format!("{:.3} ({:.3}–{:.3})", s.median, s.min, s.max)));
+    let mut target = |name: &str, key: &str, ok: &dyn Fn(f64) -> bool| {
+        if let Some((m, shown)) = ratio(key) {
+            targets.push((name.to_string(), ok(m), shown));
+        }
+    };
+    target("(2)/(1) throughput ≥ 0.90", "throughput (2)/(1) wasm/no-filter", &|m| m >= 0.90);
+    target("(3)/(2) throughput ≥ 0.98", "throughput (3)/(2) wasm 5000/wasm 50", &|m| m >= 0.98);
+    target("(2) ≥ 1.10 × (4) throughput", "throughput (2)/(4) wasm/lua", &|m| m >= 1.10);
+    target("(2) CPU per request < (4)'s", "cpu per request (2)/(4) wasm/lua", &|m| m < 1.0);
+    target("(2) ≥ 1.5× (5) throughput", "throughput (2)/(5) wasm/ext-proc", &|m| m >= 1.5);
+    if let (Some(n), Some(w), Some(e)) = (none, wasm, extproc) {
         let added = |v: &VariantResult| (v.latency.p50_ms - n.latency.p50_ms).max(0.0);
-        let added99 = |v: &VariantResult| (v.latency.p99_ms - n.latency.p99_ms).max(0.0);
-        ratios.insert("throughput (2)/(1) wasm/no-filter".into(), t(w) / t(n));
-        ratios.insert("throughput (3)/(2) wasm 5000/wasm 50".into(), t(b) / t(w));
-        ratios.insert("throughput (2)/(4) wasm/lua".into(), t(w) / t(l));
-        ratios.insert("throughput (2)/(5) wasm/ext-proc".into(), t(w) / t(e));
-        ratios.insert("added p50 latency (2)/(5) wasm/ext-proc".into(), added(w) / added(e).max(1e-9));
-        ratios.insert("added p99 latency (2)/(5) wasm/ext-proc".into(), added99(w) / added99(e).max(1e-9));
-        ratios.insert("cpu per request (2)/(4) wasm/lua".into(), w.cpu_us_per_request / l.cpu_us_per_request.max(1e-9));
-        targets.push(("(2)/(1) throughput ≥ 0.90".into(), ratios["throughput (2)/(1) wasm/no-filter"] >= 0.90, format!("{:.3}", ratios["throughput (2)/(1) wasm/no-filter"])));
-        targets.push(("(3)/(2) throughput ≥ 0.98".into(), ratios["throughput (3)/(2) wasm 5000/wasm 50"] >= 0.98, format!("{:.3}", ratios["throughput (3)/(2) wasm 5000/wasm 50"])));
-        targets.push(("(2) faster than (4)".into(), t(w) > t(l), format!("{:.3}", ratios["throughput (2)/(4) wasm/lua"])));
-        targets.push(("(2) ≥ 1.5× (5) throughput".into(), t(w) >= 1.5 * t(e), format!("{:.3}", ratios["throughput (2)/(5) wasm/ext-proc"])));
         targets.push((
             "(2) added latency ≤ ⅓ of (5)'s".into(),
             added(w) <= added(e) / 3.0,
             format!("p50 +{:.3} ms vs +{:.3} ms", added(w), added(e)),
         ));
     }
-    if let (Some(p), Some(m)) = (r.discovery.get("apis_passthrough"), r.discovery.get("apis_merged")) {
-        r.discovery_added_ms.insert("p50".into(), m.p50_ms - p.p50_ms);
-        r.discovery_added_ms.insert("p99".into(), m.p99_ms - p.p99_ms);
-        targets.push(("merged /apis adds ≤ 1 ms p99".into(), m.p99_ms - p.p99_ms <= 1.0, format!("{:+.3} ms", m.p99_ms - p.p99_ms)));
+    if let Some(p99) = r.discovery_added_ms.get("p99") {
+        targets.push(("merged /apis adds ≤ 1 ms p99".into(), p99.median <= 1.0, format!("{:+.3} ms ({:+.3}–{:+.3})", p99.median, p99.min, p99.max)));
+    }
+    let c = &r.crd_heavy;
+    if c.requests > 0 {
+        targets.push((
+            format!("CRD-heavy /apis: 0 unmerged of {} at {} clients", c.requests, c.clients),
+            c.unmerged == 0,
+            format!("{} unmerged, Envoy message_timeouts {}", c.unmerged, c.envoy_message_timeouts),
+        ));
+        targets.push(("CRD-heavy: mvp-ext-proc RSS ≤ 64 MiB".into(), c.ext_proc_rss_mib <= 64.0, format!("{:.1} MiB (Envoy {:.1} MiB)", c.ext_proc_rss_mib, c.envoy_rss_mib)));
     }
     if let (Some(p50), Some(p99)) = (r.memory.remove("propagation_p50_ms"), r.memory.remove("propagation_p99_ms")) {
         r.propagation_ms.insert("p50".into(), p50);
@@ -66,22 +64,28 @@ pub fn finish(r: &mut Results) {
         targets.push(("propagation ≤ 1 s p99".into(), p99 <= 1000.0, format!("{p99:.0} ms")));
     }
     if let Some(rss) = r.memory.get("ext_proc_rss_mib_3_apiservers_v1_37") {
-        targets.push(("ext-proc RSS ≤ 50 MiB".into(), *rss <= 50.0, format!("{rss:.1} MiB")));
+        targets.push(("ext-proc RSS ≤ 50 MiB (v1.37)".into(), *rss <= 50.0, format!("{rss:.1} MiB")));
     }
     if let Some(vm) = r.memory.get("wasm_vm_mib_per_worker_5000_gvr") {
         targets.push(("wasm VM ≤ 8 MiB per worker".into(), *vm > 0.0 && *vm <= 8.0, format!("{vm:.2} MiB")));
     }
-    r.ratios = ratios;
     r.targets = targets;
 }
 
-/// The table printed at the end of a run (also pasted into BENCHMARKS.md).
+/// The tables printed at the end of a run (also pasted into BENCHMARKS.md).
 pub fn render_table(r: &Results) -> String {
     let mut out = String::new();
-    out.push_str("| variant | GVRs | throughput req/s (median, min–max) | p50 ms | p99 ms | CPU µs/req |\n|---|---|---|---|---|---|\n");
+    out.push_str(&format!(
+        "load average (1, 5, 15 min): {} at the start, {} at the end; {} rounds\n\n",
+        r.load_average.get("start").map(String::as_str).unwrap_or("?"),
+        r.load_average.get("end").map(String::as_str).unwrap_or("?"),
+        r.settings.get("rounds").map(String::as_str).unwrap_or("?"),
+    ));
+    out.push_str("| variant | GVRs | throughput req/s (median, min–max over rounds) | p50 ms | p99 ms | CPU µs/req (median, min–max) |\n|---|---|---|---|---|---|\n");
     for v in &r.variants {
+        let cpu = super::Spread::of(&v.cpu_us_per_request_rounds);
         out.push_str(&format!(
-            "| ({}) {} | {} | {:.0} ({:.0}–{:.0}) | {:.3} | {:.3} | {:.1} |\n",
+            "| ({}) {} | {} | {:.0} ({:.0}–{:.0}) | {:.3} | {:.3} | {:.1} ({:.1}–{:.1}) |\n",
             v.number,
             v.description,
             v.gvrs,
@@ -90,20 +94,40 @@ pub fn render_table(r: &Results) -> String {
             v.throughput.max_rps,
             v.latency.p50_ms,
             v.latency.p99_ms,
-            v.cpu_us_per_request
+            cpu.median,
+            cpu.min,
+            cpu.max,
         ));
     }
-    out.push_str("\n| ratio | value |\n|---|---|\n");
+    out.push_str("\n| ratio (per round) | median | min–max |\n|---|---|---|\n");
     for (k, v) in &r.ratios {
-        out.push_str(&format!("| {k} | {v:.3} |\n"));
+        out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} |\n", v.median, v.min, v.max));
     }
-    out.push_str("\n| /apis | p50 ms | p99 ms |\n|---|---|---|\n");
+    out.push_str("\n| /apis, three apiservers with the real v1.37 document | p50 ms | p99 ms |\n|---|---|---|\n");
     for (k, v) in &r.discovery {
         out.push_str(&format!("| {k} | {:.3} | {:.3} |\n", v.p50_ms, v.p99_ms));
     }
     for (k, v) in &r.discovery_added_ms {
-        out.push_str(&format!("| added by merging ({k}) | {v:+.3} | |\n"));
+        out.push_str(&format!("| added by merging ({k}), median of rounds (min–max) | {:+.3} ({:+.3}–{:+.3}) | |\n", v.median, v.min, v.max));
     }
+    let c = &r.crd_heavy;
+    out.push_str(&format!(
+        "\n| /apis, CRD-heavy ({} groups, {:.1} MB) beside v1.30 | value |\n|---|---|\n",
+        c.groups,
+        c.document_bytes as f64 / 1e6
+    ));
+    out.push_str(&format!("| {} uncompressed requests, {} concurrent clients | {:.1} s |\n", c.requests, c.clients, c.seconds));
+    out.push_str(&format!("| unmerged (fell back to an apiserver's own document) | {} |\n", c.unmerged));
+    out.push_str(&format!("| Envoy ext_proc.message_timeouts / timeout extensions received | {} / {} |\n", c.envoy_message_timeouts, c.envoy_timeout_extensions));
+    out.push_str(&format!("| latency under that load p50 / p99 | {:.1} / {:.1} ms |\n", c.under_load.p50_ms, c.under_load.p99_ms));
+    out.push_str(&format!("| CPU per request under that load: Envoy / mvp-ext-proc | {:.2} / {:.2} ms |\n", c.envoy_cpu_ms_per_request, c.ext_proc_cpu_ms_per_request));
+    out.push_str(&format!("| passthrough p50 / p99 at a moderate rate | {:.2} / {:.2} ms |\n", c.passthrough.p50_ms, c.passthrough.p99_ms));
+    out.push_str(&format!("| merged p50 / p99 at a moderate rate | {:.2} / {:.2} ms |\n", c.merged.p50_ms, c.merged.p99_ms));
+    out.push_str(&format!(
+        "| added by merging p50 / p99, median of rounds | {:+.2} / {:+.2} ms |\n",
+        c.added_p50_ms.median, c.added_p99_ms.median
+    ));
+    out.push_str(&format!("| RSS after the load: mvp-ext-proc / Envoy | {:.1} / {:.1} MiB |\n", c.ext_proc_rss_mib, c.envoy_rss_mib));
     out.push_str("\n| other | value |\n|---|---|\n");
     for (k, v) in &r.propagation_ms {
         out.push_str(&format!("| propagation {k} | {v:.0}{} |\n", if k == "samples" { "" } else { " ms" }));

@@ -13,6 +13,14 @@ struct Args {
     /// A short run that only checks every variant produces numbers (tests).
     #[arg(long)]
     smoke: bool,
+    /// Run one part only, while iterating on it: `front-door` (the filter
+    /// variants and propagation) or `discovery` (the `/apis` cases).
+    /// BENCHMARKS.md holds full runs.
+    #[arg(long, value_parser = ["front-door", "discovery"])]
+    only: Option<String>,
+    /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
+    #[arg(long)]
+    crd_heavy_requests: Option<usize>,
     /// Machine-readable results.
     #[arg(long, default_value = "bench/results.json")]
     out: PathBuf,
@@ -21,7 +29,15 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let settings = if args.smoke { Settings::smoke() } else { Settings::full() };
+    let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
+    match args.only.as_deref() {
+        Some("front-door") => settings.discovery = false,
+        Some("discovery") => settings.front_door = false,
+        _ => {}
+    }
+    if let Some(n) = args.crd_heavy_requests {
+        settings.crd_heavy_requests = n;
+    }
     let results = run(settings).await?;
     let table = render_table(&results);
     println!("{table}");

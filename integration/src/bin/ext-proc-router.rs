@@ -93,9 +93,9 @@ impl Router {
 
 #[tonic::async_trait]
 impl ExternalProcessor for Router {
-    type ProcessStream = Responses;
+    type ProcessStream = Responses<ProcessingResponse>;
 
-    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses>, Status> {
+    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses<ProcessingResponse>>, Status> {
         let this = self.clone();
         Ok(Response::new(answer_each(request.into_inner(), move |msg| {
             let Some(processing_request::Request::RequestHeaders(h)) = msg.request else {

@@ -10,6 +10,7 @@
 //! - [`secure`]: the TLS topology (PKI, kube-authenticating fakes).
 //! - [`served`]: what the fixtures' releases serve.
 
+pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;
 pub mod process;

@@ -1,7 +1,8 @@
 //! Raw proxy-wasm ABI v0.2.1 imports with every status mapped, as the
-//! [`Host`] the logic runs on. The SDK's own wrappers `panic!` on statuses
-//! they do not expect, and a panic would break the worker's VM for every
-//! later request; here an unexpected status is an error the caller handles.
+//! [`Host`] the logic runs on. An unexpected status is an error the caller
+//! handles, never a panic: a panic would break the worker's VM for every
+//! later request (the SDK's wrappers `panic!` on statuses they do not expect;
+//! one reason this module does without it).
 
 #![allow(clashing_extern_declarations)]
 
@@ -39,11 +40,12 @@ unsafe extern "C" {
     fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
+    fn proxy_http_call(upstream_data: *const u8, upstream_size: usize, headers_data: *const u8, headers_size: usize, body_data: *const u8, body_size: usize, trailers_data: *const u8, trailers_size: usize, timeout_ms: u32, return_token: *mut u32) -> u32;
 }
 
 /// The host allocated `data` through this module's
-/// `proxy_on_memory_allocate` (the SDK's, backed by the global allocator),
-/// so ownership passes to a Vec.
+/// `proxy_on_memory_allocate` (`exports.rs`: a `Vec<u8>` of capacity
+/// `size`), so ownership passes back to a Vec.
 unsafe fn take(data: *mut u8, size: usize) -> Vec<u8> {
     if data.is_null() { Vec::new() } else { unsafe { Vec::from_raw_parts(data, size, size) } }
 }
@@ -77,6 +79,20 @@ pub fn plugin_configuration() -> Result<Option<Vec<u8>>, HostError> {
 
 pub fn set_tick_period_ms(ms: u32) -> Result<(), HostError> {
     status(unsafe { proxy_set_tick_period_milliseconds(ms) })
+}
+
+/// An HTTP call to `cluster`; the answer comes to the calling root
+/// context's `proxy_on_http_call_response`. A cluster the bootstrap does not
+/// define is an error status here, not a panic.
+pub fn http_call(cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: std::time::Duration) -> Result<u32, HostError> {
+    let headers = crate::header_map::serialize(headers);
+    let trailers = crate::header_map::serialize(&[]);
+    let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+    let mut token = 0;
+    status(unsafe {
+        proxy_http_call(cluster.as_ptr(), cluster.len(), headers.as_ptr(), headers.len(), body.as_ptr(), body.len(), trailers.as_ptr(), trailers.len(), timeout_ms, &mut token)
+    })?;
+    Ok(token)
 }
 
 /// Metric ids of this VM, defined once per root context.

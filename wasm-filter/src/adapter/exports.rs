@@ -1,0 +1,62 @@
+//! The callbacks this module exports, and so the only ones Envoy makes: the
+//! host skips any callback a module does not export (proxy-wasm-cpp-host
+//! looks each export up once at load). Per request that is one callback,
+//! `proxy_on_request_headers`, plus one `proxy_on_memory_allocate` per value
+//! the host hands back. Context creation, the response phases, logging and
+//! deletion are not exported: the filter keeps no per-request state.
+//! Nothing here may panic: a trap breaks the worker's VM.
+
+use super::with_vm;
+
+unsafe extern "C" {
+    /// wasi-libc's static constructors (a reactor module runs them in
+    /// `_initialize`).
+    fn __wasm_call_ctors();
+}
+
+/// Envoy calls this once after instantiating the module.
+#[unsafe(no_mangle)]
+pub extern "C" fn _initialize() {
+    unsafe { __wasm_call_ctors() }
+}
+
+/// Declares the ABI version the host speaks to this module with.
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_abi_version_0_2_1() {}
+
+/// The host's allocation in this module's memory for a value it returns;
+/// `abi.rs` takes ownership of it as a `Vec<u8>` of this capacity.
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
+    let mut v = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(size));
+    v.as_mut_ptr()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_vm_start(_root: u32, _vm_configuration_size: u32) -> u32 {
+    1
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_configure(root: u32, _plugin_configuration_size: u32) -> u32 {
+    u32::from(with_vm(false, |vm| vm.configure(root)))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_tick(root: u32) {
+    with_vm((), |vm| vm.tick(root))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_http_call_response(root: u32, _token: u32, _headers: u32, _body_size: u32, _trailers: u32) {
+    // The refresher has at most one call in flight, so the token says nothing
+    // the root does not know.
+    with_vm((), |vm| vm.http_call_response(root))
+}
+
+/// Returns Action::Continue (0): the filter never holds a request.
+#[unsafe(no_mangle)]
+pub extern "C" fn proxy_on_request_headers(_context: u32, _headers: u32, _end_of_stream: u32) -> u32 {
+    with_vm((), |vm| vm.request_headers());
+    0
+}
