@@ -230,9 +230,12 @@ struct EnvoyConfigArgs {
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
     requestheader: RequestHeaderArgs,
-    /// Longest Envoy waits for mvp-ext-proc in each /apis phase before it
-    /// serves the apiserver's own (unmerged) document instead.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
+    /// Longest Envoy waits for mvp-ext-proc's first answer to an /apis
+    /// response before it serves the apiserver's own (unmerged) document
+    /// instead. 1 s: on a saturated machine a 250 ms wait made 2 of 160
+    /// concurrent multi-MiB answers fall back (docs/discovery.md); only a hung
+    /// mvp-ext-proc ever waits this long (a stopped one fails at once).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     ext_proc_message_timeout: Duration,
     /// Write to this file instead of standard output.
     #[arg(long, short, value_name = "FILE")]

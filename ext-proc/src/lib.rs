@@ -6,8 +6,9 @@
 //!   per-apiserver state and health policy) → [`routing_table`] (bitmasks,
 //!   versioned) → [`publish`] (`GetTable` for Envoy's wasm refresher).
 //! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
-//!   encoded) → [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`]
-//!   holds Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
+//!   encoded, built off the loop, freed memory handed back by [`memory`]) →
+//!   [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`] holds
+//!   Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
 //! - Operators: [`admin`] (`/` the [`status_page`], `/metrics`, `/healthz`,
@@ -23,6 +24,7 @@ pub mod discover;
 pub mod envoy_config;
 pub mod explain;
 pub mod membership;
+pub mod memory;
 pub mod merge;
 pub mod metrics;
 pub mod openapi;

@@ -172,10 +172,10 @@ fn assert_own_view(doc: &Value) {
     assert!(v137 ^ v130, "expected one apiserver's own view");
 }
 
-/// mvp-ext-proc hung (SIGSTOP: connections accepted, nothing answered):
-/// each ext_proc phase times out after --ext-proc-message-timeout (250 ms)
-/// and Envoy serves the apiserver's own document. A client waits at most
-/// about 2 × 250 ms longer than usual.
+/// mvp-ext-proc hung (SIGSTOP: connections accepted, nothing answered): the
+/// ext_proc exchange times out after --ext-proc-message-timeout (1 s) and
+/// Envoy serves the apiserver's own document. A client waits about 1 s
+/// longer than usual, never more than twice that.
 #[tokio::test]
 async fn ext_proc_hung_serves_the_unmerged_document_after_the_timeout() {
     let door = FrontDoor::start(&two(), Options::default()).await.unwrap();
@@ -187,7 +187,7 @@ async fn ext_proc_hung_serves_the_unmerged_document_after_the_timeout() {
         let took = started.elapsed();
         assert_eq!(resp.status(), 200);
         assert_own_view(&resp.json().await.unwrap());
-        assert!(took < Duration::from_millis(1500), "took {took:?}");
+        assert!(took < Duration::from_millis(2000), "took {took:?}");
         eprintln!("hung ext-proc: /apis answered in {took:?}");
     }
     door.ext_proc.signal("CONT");
@@ -248,37 +248,37 @@ async fn large_crd_heavy_documents_are_merged_and_gzipped() {
     let decoded = decode_discovery_protobuf(&pb.bytes().await.unwrap()).unwrap();
     assert_eq!(decoded["items"], doc["items"]);
 
-    // Sixteen clients at once, as client-go sends them (gzip accepted):
-    // every one gets the merged document, none falls back to an
-    // apiserver's own half (its own ETag). (Uncompressed multi-MiB answers
-    // are preceded by a timeout extension; their figure is in
-    // docs/discovery.md.)
+    // Sixteen clients at once, ten requests each, with gzip (as client-go
+    // and kubectl ask) and without: every one gets the merged document, none
+    // falls back to an apiserver's own half (its own ETag).
     let merged = door.table().await.unwrap()["discovery"]["etag"].as_str().unwrap().to_string();
-    let clients: Vec<_> = (0..16)
-        .map(|_| {
-            let (http, url, merged) = (door.http.clone(), door.url("/apis"), merged.clone());
-            tokio::spawn(async move {
-                let mut unmerged = 0;
-                for _ in 0..10 {
-                    let r = http.get(&url).header("accept", V2_JSON).header("accept-encoding", "gzip").send().await.unwrap();
-                    unmerged += usize::from(r.headers().get("etag").and_then(|e| e.to_str().ok()) != Some(merged.as_str()));
-                    let _ = r.bytes().await.unwrap();
-                }
-                unmerged
+    for encoding in ["gzip", "identity"] {
+        let clients: Vec<_> = (0..16)
+            .map(|_| {
+                let (http, url, merged) = (door.http.clone(), door.url("/apis"), merged.clone());
+                tokio::spawn(async move {
+                    let mut unmerged = 0;
+                    for _ in 0..10 {
+                        let r = http.get(&url).header("accept", V2_JSON).header("accept-encoding", encoding).send().await.unwrap();
+                        unmerged += usize::from(r.headers().get("etag").and_then(|e| e.to_str().ok()) != Some(merged.as_str()));
+                        let _ = r.bytes().await.unwrap();
+                    }
+                    unmerged
+                })
             })
-        })
-        .collect();
-    let mut unmerged = 0;
-    for c in clients {
-        unmerged += c.await.unwrap();
+            .collect();
+        let mut unmerged = 0;
+        for c in clients {
+            unmerged += c.await.unwrap();
+        }
+        let timeouts = door.envoy_stat("http.apiserver_front_door.ext_proc.message_timeouts").await;
+        let extended = door.envoy_stat("http.apiserver_front_door.ext_proc.override_message_timeout_received").await;
+        let rss = |pid| integration::harness::process::rss_kib(pid) / 1024;
+        eprintln!(
+            "16 clients x 10 {encoding}: {unmerged} unmerged; Envoy message_timeouts {timeouts:?}, timeout extensions {extended:?}; RSS MiB mvp-ext-proc {}, Envoy {}",
+            rss(door.ext_proc.pid()),
+            rss(door.envoy.pid())
+        );
+        assert_eq!((unmerged, timeouts), (0, Some(0)), "{encoding}");
     }
-    let timeouts = door.envoy_stat("http.apiserver_front_door.ext_proc.message_timeouts").await;
-    let extended = door.envoy_stat("http.apiserver_front_door.ext_proc.override_message_timeout_received").await;
-    let rss = |pid| integration::harness::process::rss_kib(pid) / 1024;
-    eprintln!(
-        "16 clients x 10 gzip: {unmerged} unmerged; Envoy message_timeouts {timeouts:?}, timeout extensions {extended:?}; RSS MiB mvp-ext-proc {}, Envoy {}",
-        rss(door.ext_proc.pid()),
-        rss(door.envoy.pid())
-    );
-    assert_eq!((unmerged, timeouts), (0, Some(0)));
 }

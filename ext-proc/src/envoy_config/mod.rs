@@ -169,7 +169,7 @@ mod tests {
             wasm: "/w.wasm".into(),
             ext_proc: "127.0.0.1:18000".into(),
             table_poll_interval: Duration::from_millis(200),
-            ext_proc_message_timeout: Duration::from_millis(250),
+            ext_proc_message_timeout: Duration::from_secs(1),
             front_tls: None,
             peer_tls: None,
             requestheader: RequestHeaderNames::default(),

@@ -34,6 +34,9 @@ impl<I: Send + Sync + 'static> Latest<I> {
                     Ok(out) => publish(out, started.elapsed()),
                     Err(e) => tracing::error!(what, error = %e, "build did not complete; keeping the last one"),
                 }
+                // The previous build is gone now (unless a request still
+                // holds it): give its memory back.
+                let _ = tokio::task::spawn_blocking(crate::memory::release_freed).await;
             }
         });
         Latest { tx }
