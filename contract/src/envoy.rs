@@ -20,7 +20,10 @@ pub const EXT_PROC_CLUSTER: &str = "mvp_ext_proc";
 pub const EXT_PROC_AUTHORITY: &str = "mvp-ext-proc";
 
 /// One VM id for the router and the refresher: proxy-wasm shared data is
-/// scoped per VM id, and the table travels through it.
+/// scoped per VM id, and the table travels through it. At most one router
+/// plugin per VM id: the filter keeps no per-request state, so every HTTP
+/// context of a VM is served by that VM's router (a router configured later
+/// replaces it; `wasm-filter/src/adapter/mod.rs`).
 pub const VM_ID: &str = "mvp";
 
 /// Root ids (and plugin names) of the two roles.
