@@ -25,11 +25,16 @@ pub extern "C" fn _initialize() {
 pub extern "C" fn proxy_abi_version_0_2_1() {}
 
 /// The host's allocation in this module's memory for a value it returns;
-/// `abi.rs` takes ownership of it as a `Vec<u8>` of this capacity.
+/// `abi.rs` takes ownership of it as a `Vec<u8>` of this capacity. Out of
+/// memory is a null pointer, which the host turns into a failed host call
+/// (an error the caller handles), not a trap.
 #[unsafe(no_mangle)]
 pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
-    let mut v = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(size));
-    v.as_mut_ptr()
+    let mut v = Vec::<u8>::new();
+    if v.try_reserve_exact(size).is_err() {
+        return std::ptr::null_mut();
+    }
+    std::mem::ManuallyDrop::new(v).as_mut_ptr()
 }
 
 #[unsafe(no_mangle)]
