@@ -1,0 +1,205 @@
+//! The `/apis` cases: merged vs passthrough with the real v1.37 document,
+//! and a CRD-heavy document under concurrent clients (fall-backs, latency,
+//! CPU, memory). Measured in alternating rounds like the front door.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::backend::Backend;
+use super::load::{self, Latency, Spread};
+use super::{Settings, cpu_ticks, percentile, rotated, rss_mib, two_ports, variants};
+use crate::harness::fixtures_dir;
+
+/// The CRD-heavy `/apis` case.
+#[derive(Debug, Default, Serialize)]
+pub struct CrdHeavy {
+    pub document_bytes: usize,
+    pub groups: usize,
+    pub requests: usize,
+    pub clients: usize,
+    /// Responses that were not the merged document (the apiserver's own,
+    /// recognised by its ETag): Envoy fell back.
+    pub unmerged: usize,
+    pub envoy_message_timeouts: u64,
+    pub envoy_timeout_extensions: u64,
+    /// Latency seen by the concurrent clients (whole body read), ms.
+    pub under_load: Latency,
+    pub seconds: f64,
+    /// CPU per request under that load, from each process's /proc counters.
+    pub envoy_cpu_ms_per_request: f64,
+    pub ext_proc_cpu_ms_per_request: f64,
+    /// Added by merging at a moderate rate, per round (merged − passthrough).
+    pub added_p50_ms: Spread,
+    pub added_p99_ms: Spread,
+    pub passthrough: Latency,
+    pub merged: Latency,
+    pub ext_proc_rss_mib: f64,
+    pub envoy_rss_mib: f64,
+}
+
+/// Merged vs passthrough `/apis` with three apiservers serving the real
+/// v1.37 documents, interleaved in rounds.
+pub(super) async fn real_discovery(
+    dir: &Path,
+    http: &reqwest::Client,
+    settings: &Settings,
+    memory: &mut BTreeMap<String, f64>,
+) -> Result<(BTreeMap<String, Latency>, BTreeMap<String, Spread>)> {
+    let real = dir.join("docs-v1.37");
+    let mut servers = Vec::new();
+    for name in ["a", "b", "c"] {
+        let d = real.join(name);
+        std::fs::create_dir_all(&d)?;
+        for f in ["api.json", "apis.json"] {
+            std::fs::copy(fixtures_dir().join("v1.37").join(f), d.join(f))?;
+        }
+        servers.push((name, d));
+    }
+    let refs: Vec<(&str, &Path)> = servers.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    let backend = Backend::start(dir, &refs, settings.refresh_interval).await?;
+    let measured = merged_vs_passthrough(&backend, http, "v1.37", settings).await?;
+    memory.insert("ext_proc_rss_mib_3_apiservers_v1_37".into(), rss_mib(backend.ext_proc.pid()));
+    drop(backend);
+    Ok(measured)
+}
+
+/// `/apis` through two Envoys on `backend`, one with ext_proc off for it
+/// (the answering apiserver's own document) and one merging, measured in
+/// alternating rounds: pooled latencies, and the per-round added p50/p99.
+async fn merged_vs_passthrough(
+    backend: &Backend,
+    http: &reqwest::Client,
+    label: &str,
+    settings: &Settings,
+) -> Result<(BTreeMap<String, Latency>, BTreeMap<String, Spread>)> {
+    let accept = ("accept", mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE);
+    let mut doors = Vec::new();
+    for (name, merged) in [("apis_passthrough", false), ("apis_merged", true)] {
+        let (listen, admin) = two_ports();
+        let mut config = backend.render(listen, admin)?;
+        if !merged {
+            variants::disable_ext_proc_on_apis(&mut config);
+        }
+        let envoy = backend.envoy(&format!("{name}-{label}"), &config, listen, admin, 1, true).await?;
+        let url = format!("http://127.0.0.1:{listen}/apis");
+        let resp = http.get(&url).header(accept.0, accept.1).send().await?;
+        let doc: Value = serde_json::from_slice(&resp.bytes().await?)?;
+        if doc["items"].as_array().map(Vec::len).unwrap_or(0) < 10 {
+            bail!("{name}: /apis is not a discovery document");
+        }
+        doors.push((name, envoy, url, Vec::new(), Vec::new(), Vec::new()));
+    }
+    // Large documents at a lower rate: 5.5 MB × 200/s would measure loopback
+    // copying, not the merge.
+    let rate = if label == "v1.37" { 100 } else { 10 };
+    for round in 0..settings.rounds {
+        for i in rotated(doors.len(), round) {
+            let Some((_, _, url, all, p50, p99)) = doors.get_mut(i) else { continue };
+            let samples = load::latency(url, 2, rate, settings.latency_duration, &[accept])?;
+            p50.push(percentile(&samples, 50.0));
+            p99.push(percentile(&samples, 99.0));
+            all.extend(samples);
+        }
+    }
+    let mut latency = BTreeMap::new();
+    let mut added = BTreeMap::new();
+    if let [(_, _, _, pa, p50a, p99a), (_, _, _, ma, p50m, p99m)] = doors.as_slice() {
+        let diff = |m: &[f64], p: &[f64]| Spread::of(&m.iter().zip(p).map(|(m, p)| m - p).collect::<Vec<_>>());
+        added.insert("p50".to_string(), diff(p50m, p50a));
+        added.insert("p99".to_string(), diff(p99m, p99a));
+        latency.insert("apis_passthrough".to_string(), Latency::of(pa));
+        latency.insert("apis_merged".to_string(), Latency::of(ma));
+    }
+    Ok((latency, added))
+}
+
+/// One apiserver serving a CRD-heavy document beside one serving v1.30's:
+/// `crd_heavy_requests` uncompressed `/apis` requests from
+/// `crd_heavy_clients` concurrent clients, each checked for the merged ETag;
+/// then the added latency at a moderate rate, and both processes' memory.
+pub(super) async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Settings) -> Result<CrdHeavy> {
+    let docs = dir.join("docs-crd-heavy");
+    let (big, old) = (docs.join("big"), docs.join("old"));
+    std::fs::create_dir_all(&big)?;
+    std::fs::create_dir_all(&old)?;
+    let apis = serde_json::to_vec(&crate::harness::crd_heavy::apis(settings.crd_heavy_groups))?;
+    std::fs::write(big.join("apis.json"), &apis)?;
+    std::fs::copy(fixtures_dir().join("v1.37/api.json"), big.join("api.json"))?;
+    for f in ["api.json", "apis.json"] {
+        std::fs::copy(fixtures_dir().join("v1.30").join(f), old.join(f))?;
+    }
+    let backend = Backend::start(dir, &[("big", big.as_path()), ("old", old.as_path())], settings.refresh_interval).await?;
+    // The merge runs after the table is published: wait for its ETag.
+    let groups = settings.crd_heavy_groups as u64;
+    let table = backend.wait_table(|t| t["discovery"]["groups"].as_u64().is_some_and(|n| n > groups)).await?;
+    let merged_etag = table["discovery"]["etag"].as_str().context("no merged ETag in /table")?.to_string();
+
+    let (listen, admin) = two_ports();
+    let config = backend.render(listen, admin)?;
+    let envoy = backend.envoy("crd-heavy", &config, listen, admin, 1, true).await?;
+    let url = format!("http://127.0.0.1:{listen}/apis");
+    let accept = mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE;
+    let clients = settings.crd_heavy_clients.max(1);
+    let (envoy_ticks, ext_proc_ticks) = (cpu_ticks(envoy.pid()), cpu_ticks(backend.ext_proc.pid()));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let (http, url, etag) = (http.clone(), url.clone(), merged_etag.clone());
+            let n = settings.crd_heavy_requests / clients + usize::from(c < settings.crd_heavy_requests % clients);
+            tokio::spawn(async move {
+                let (mut unmerged, mut times) = (0usize, Vec::with_capacity(n));
+                for _ in 0..n {
+                    let t = Instant::now();
+                    let r = http.get(&url).header("accept", accept).send().await?;
+                    if r.status() != 200 {
+                        bail!("/apis answered {}", r.status());
+                    }
+                    unmerged += usize::from(r.headers().get("etag").and_then(|e| e.to_str().ok()) != Some(etag.as_str()));
+                    r.bytes().await?;
+                    times.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                Ok((unmerged, times))
+            })
+        })
+        .collect();
+    let (mut unmerged, mut times) = (0, Vec::new());
+    for t in tasks {
+        let (u, s) = t.await??;
+        unmerged += u;
+        times.extend(s);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_ms = |pid: u32, before: u64| (cpu_ticks(pid) - before) as f64 * 1e3 / load::clock_ticks() / times.len().max(1) as f64;
+    let (envoy_cpu_ms, ext_proc_cpu_ms) = (cpu_ms(envoy.pid(), envoy_ticks), cpu_ms(backend.ext_proc.pid(), ext_proc_ticks));
+    let stat = |name: &'static str| backend.stat(admin, name);
+    let timeouts = stat("http.apiserver_front_door.ext_proc.message_timeouts").await.unwrap_or(0);
+    let extensions = stat("http.apiserver_front_door.ext_proc.override_message_timeout_received").await.unwrap_or(0);
+    let (ext_proc_rss, envoy_rss) = (rss_mib(backend.ext_proc.pid()), rss_mib(envoy.pid()));
+    drop(envoy);
+    let (latency, added) = merged_vs_passthrough(&backend, http, "crd-heavy", settings).await?;
+    let get = |k: &str| latency.get(k).cloned().unwrap_or_default();
+    Ok(CrdHeavy {
+        document_bytes: apis.len(),
+        groups: settings.crd_heavy_groups,
+        requests: times.len(),
+        clients,
+        unmerged,
+        envoy_message_timeouts: timeouts,
+        envoy_timeout_extensions: extensions,
+        under_load: Latency::of(&times),
+        seconds,
+        envoy_cpu_ms_per_request: envoy_cpu_ms,
+        ext_proc_cpu_ms_per_request: ext_proc_cpu_ms,
+        added_p50_ms: added.get("p50").cloned().unwrap_or_default(),
+        added_p99_ms: added.get("p99").cloned().unwrap_or_default(),
+        passthrough: get("apis_passthrough"),
+        merged: get("apis_merged"),
+        ext_proc_rss_mib: ext_proc_rss,
+        envoy_rss_mib: envoy_rss,
+    })
+}
