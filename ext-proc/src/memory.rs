@@ -5,8 +5,9 @@
 //! blocking pool's threads, and then frees the previous build. glibc keeps
 //! freed memory in each thread's arena rather than returning it, so the
 //! process's RSS grew to the sum of those peaks: with the 5.5 MB document,
-//! mvp-ext-proc sat at ~130 MiB holding ~40 MiB of live data (BENCHMARKS.md).
-//! `malloc_trim` after each build returns what is free in every arena.
+//! mvp-ext-proc sat at ~130 MiB, ~108 MiB after trimming, of which heaptrack
+//! finds ~70 MB live (BENCHMARKS.md). `malloc_trim` after each build returns
+//! what is free in every arena.
 
 /// Returns the memory the allocator holds but nothing uses. Costs a walk of
 /// the heap (milliseconds), so it runs after a build, never per request.
