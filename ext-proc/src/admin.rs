@@ -111,7 +111,9 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
         "apiservers": apiservers,
         "discovery": merged.map(|m| serde_json::json!({
             "etag": m.etag,
-            "groups": m.items.len(),
+            "groups": m.groups,
+            "groupsEncoded": m.groups_encoded,
+            "buildSeconds": m.build_time.as_secs_f64(),
             "bytes": m.json.identity.len(),
             "sources": m.sources,
         })),

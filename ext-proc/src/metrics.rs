@@ -9,6 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +55,7 @@ pub struct Metrics {
     table_requests: Family<ResultLabels, Counter>,
     peer_aggregated_hits: Counter,
     peer_aggregated_misses: Counter,
+    peer_aggregated_builds: Histogram,
     nopeer_requests: Counter,
     rewrites: Family<RewriteLabels, Counter>,
     open: Family<ApiserverLabels, Gauge>,
@@ -79,6 +81,8 @@ impl Metrics {
             table_requests: Family::default(),
             peer_aggregated_hits: Counter::default(),
             peer_aggregated_misses: Counter::default(),
+            // 5 ms … ~10 s: a small cluster's rebuild to a 60 MB document's.
+            peer_aggregated_builds: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.005, 2.0, 12)),
             nopeer_requests: Counter::default(),
             rewrites: Family::default(),
             open: Family::default(),
@@ -118,6 +122,11 @@ impl Metrics {
             "aggregator_discovery_peer_aggregated_cache_misses",
             "Times the peer-aggregated document was rebuilt",
             m.peer_aggregated_misses.clone(),
+        );
+        registry.register(
+            "mvp_peer_aggregated_build_duration_seconds",
+            "Time to merge and encode the peer-aggregated /apis after a change (groups whose inputs did not change are reused)",
+            m.peer_aggregated_builds.clone(),
         );
         registry.register(
             "aggregator_discovery_nopeer_requests",
@@ -190,8 +199,9 @@ impl Metrics {
         self.peer_aggregated_hits.inc();
     }
 
-    pub fn peer_aggregated_cache_miss(&self) {
+    pub fn peer_aggregated_rebuilt(&self, took: std::time::Duration) {
         self.peer_aggregated_misses.inc();
+        self.peer_aggregated_builds.observe(took.as_secs_f64());
     }
 
     pub fn nopeer_request(&self) {

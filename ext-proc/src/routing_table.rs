@@ -70,7 +70,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
         for (g, versions) in &caps.groups {
             let gb = groups.entry(g.clone()).or_default();
             gb.servers |= bit;
-            for (v, resources) in versions {
+            for (v, resources) in versions.iter() {
                 let vb = gb.versions.entry(v.clone()).or_default();
                 vb.servers |= bit;
                 for (r, subs) in resources {

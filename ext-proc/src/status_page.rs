@@ -52,7 +52,7 @@ pub fn skew(states: &[ServerState]) -> BTreeMap<String, Vec<bool>> {
     for (i, s) in states.iter().enumerate() {
         let Some(view) = &s.view else { continue };
         for (g, versions) in &view.capabilities.groups {
-            for (v, resources) in versions {
+            for (v, resources) in versions.iter() {
                 for r in resources.keys() {
                     let gvr = if g.is_empty() { format!("{v}/{r}") } else { format!("{g}/{v}/{r}") };
                     if let Some(cell) = served.entry(gvr).or_insert_with(|| vec![false; states.len()]).get_mut(i) {
@@ -139,7 +139,7 @@ code{{font-size:13px}}
     out.push_str("<h2>Merged documents</h2>\n<div class=\"wrap\"><table id=\"documents\"><tr><th>document</th><th>ETag</th><th>size</th><th>from</th></tr>\n");
     let short = |e: &str| esc(e.trim_matches('"').get(..16).unwrap_or(""));
     if let Some(m) = s.merged {
-        let _ = writeln!(out, "<tr><td>/apis</td><td><code>{}</code></td><td>{} groups, {} bytes</td><td>{}</td></tr>", short(&m.etag), m.items.len(), m.json.identity.len(), esc(&m.sources.join(", ")));
+        let _ = writeln!(out, "<tr><td>/apis</td><td><code>{}</code></td><td>{} groups, {} bytes</td><td>{}</td></tr>", short(&m.etag), m.groups, m.json.identity.len(), esc(&m.sources.join(", ")));
     }
     for (name, doc) in [("/openapi/v2", &s.openapi.v2_json), ("/openapi/v2 (protobuf)", &s.openapi.v2_protobuf), ("/openapi/v3", &s.openapi.v3_index)] {
         if let Some(d) = doc {

@@ -17,10 +17,12 @@ pub fn etag(items: &[APIGroupDiscovery]) -> String {
 /// served — without cloning the groups or encoding them a second time
 /// (for a CRD-heavy cluster both cost tens of milliseconds): Go writes
 /// TypeMeta's fields first, so the hashed form is `{` followed by what comes
-/// after them. `None` if `json` does not start that way.
+/// after them (without the newline Go's encoder ends a body with). `None` if
+/// `json` does not start that way.
 pub fn of_served_json(json: &[u8]) -> Option<String> {
     let type_meta = format!(r#"{{"kind":"{KIND}","apiVersion":"{API_VERSION}","#);
     let rest = json.strip_prefix(type_meta.as_bytes())?;
+    let rest = rest.strip_suffix(b"\n").unwrap_or(rest);
     let mut h = Sha512::new();
     h.update(b"{");
     h.update(rest);
@@ -64,6 +66,9 @@ mod tests {
         let doc: APIGroupDiscoveryList = serde_json::from_slice(&apis).unwrap();
         let served = APIGroupDiscoveryList { kind: KIND.into(), api_version: API_VERSION.into(), ..doc.clone() };
         assert_eq!(of_served_json(&go_json(&served)), Some(etag(&doc.items)));
+        let mut body = go_json(&served);
+        body.push(b'\n');
+        assert_eq!(of_served_json(&body), Some(etag(&doc.items)), "as sent, newline included");
         let bare = APIGroupDiscoveryList { kind: String::new(), api_version: String::new(), ..doc };
         assert_eq!(of_served_json(&go_json(&bare)), None, "no TypeMeta: not the served form");
     }

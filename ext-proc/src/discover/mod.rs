@@ -28,7 +28,7 @@ pub use fetch::{FetchError, Fetched};
 pub use known::KnownGroupVersions;
 pub use transport::Transport;
 
-use crate::apidiscovery::APIGroupDiscovery;
+use crate::apidiscovery::SharedGroup;
 
 /// Everything one read of a server's discovery yields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -36,7 +36,7 @@ pub struct ServerView {
     pub capabilities: Capabilities,
     /// Its `/apis` groups as it serves them (its own view: `profile=nopeer`),
     /// shared with the discovery cache and the merger.
-    pub groups: Arc<Vec<APIGroupDiscovery>>,
+    pub groups: Arc<Vec<SharedGroup>>,
 }
 
 use crate::apiservers::ApiserverSpec;
@@ -241,8 +241,9 @@ impl Discoverer {
             },
             Fetched::Ok { body, content_type, etag } => {
                 if content_type.contains("as=APIGroupDiscoveryList") {
+                    let previous = self.last.as_ref().map(|(core, groups, _)| if root == Root::Core { core.clone() } else { groups.clone() });
                     let view = Arc::new(
-                        aggregated::from_aggregated(root, &body)
+                        aggregated::from_aggregated(root, &body, previous.as_deref())
                             .map_err(|source| DiscoveryError::Document { path: path.into(), source })?,
                     );
                     match etag {

@@ -199,7 +199,9 @@ impl Discoverer {
             }
         }
         let capabilities = capabilities_of(root, &groups).map_err(doc_err(path))?;
-        Ok(RootView { capabilities, groups: std::sync::Arc::new(if root == Root::Groups { groups } else { vec![] }) })
+        let previous = self.probed.get(path).map(|p| p.view.clone());
+        let groups = if root == Root::Groups { super::aggregated::share_unchanged(groups, previous.as_deref()) } else { vec![] };
+        Ok(RootView { capabilities, groups: std::sync::Arc::new(groups) })
     }
 }
 

@@ -9,11 +9,35 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
+use std::sync::Arc;
+
 use super::merged::MergedDocument;
-use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList};
+use crate::apidiscovery::{APIGroupDiscovery, APIGroupDiscoveryList, SharedGroup, etag, protobuf};
 
 fn fixture(release: &str) -> Vec<APIGroupDiscovery> {
     let list: APIGroupDiscoveryList = serde_json::from_slice(&crate::testdata::fixture(release, "apis.json")).unwrap();
+    list.items
+}
+
+/// Each server's groups, shared as the discoverer hands them over.
+type Servers = BTreeMap<String, Vec<SharedGroup>>;
+
+fn shared(inputs: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Servers {
+    inputs.iter().map(|(k, v)| (k.clone(), v.iter().cloned().map(Arc::new).collect())).collect()
+}
+
+fn build(servers: &Servers, previous: Option<&MergedDocument>) -> MergedDocument {
+    MergedDocument::build(&servers.iter().map(|(k, v)| (k.clone(), v.as_slice())).collect(), previous)
+}
+
+/// The merged groups, read back from the JSON body, and checked against
+/// the other forms: the protobuf body carries the same groups, the ETag is
+/// kube's formula over them.
+fn items(doc: &MergedDocument) -> Vec<APIGroupDiscovery> {
+    let list: APIGroupDiscoveryList = serde_json::from_slice(&doc.json.identity).unwrap();
+    assert_eq!(protobuf::decode(&doc.protobuf.identity).unwrap().items, list.items);
+    assert_eq!(etag::etag(&list.items), doc.etag);
+    assert_eq!(doc.groups, list.items.len());
     list.items
 }
 
@@ -64,8 +88,8 @@ fn golden_merges_of_real_releases() {
     let update = std::env::var_os("MVP_UPDATE_GOLDEN").is_some();
     for combo in combos {
         let inputs: BTreeMap<String, Vec<APIGroupDiscovery>> = combo.iter().map(|r| (name(r), fixture(r))).collect();
-        let doc = MergedDocument::build(&inputs);
-        check_union(&inputs, &doc.items);
+        let doc = build(&shared(&inputs), None);
+        check_union(&inputs, &items(&doc));
         let path = format!("{}/testdata/merged/{}.json", env!("CARGO_MANIFEST_DIR"), combo.join("+"));
         if update {
             std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
@@ -75,7 +99,7 @@ fn golden_merges_of_real_releases() {
         assert!(golden == doc.json.identity, "{path} differs from the merge (MVP_UPDATE_GOLDEN=1 to regenerate after review)");
         // Order is deterministic whatever order servers were added in.
         let reversed: BTreeMap<String, Vec<APIGroupDiscovery>> = combo.iter().rev().map(|r| (name(r), fixture(r))).collect();
-        assert_eq!(MergedDocument::build(&reversed).etag, doc.etag);
+        assert_eq!(build(&shared(&reversed), None).etag, doc.etag);
     }
 }
 
@@ -83,8 +107,9 @@ fn golden_merges_of_real_releases() {
 fn known_facts_of_the_three_release_merge() {
     let inputs: BTreeMap<String, Vec<APIGroupDiscovery>> =
         ["v1.30", "v1.33", "v1.37"].iter().map(|r| (name(r), fixture(r))).collect();
-    let doc = MergedDocument::build(&inputs);
-    let find = |g: &str| doc.items.iter().find(|x| x.metadata.name == g).unwrap();
+    let doc = build(&shared(&inputs), None);
+    let merged = items(&doc);
+    let find = |g: &str| merged.iter().find(|x| x.metadata.name == g).unwrap();
     // v1.37-only group and v1.30-only versions are both there.
     assert!(find("lifecycle.k8s.io").versions.iter().any(|v| v.version == "v1alpha1"));
     let fc: Vec<&str> = find("flowcontrol.apiserver.k8s.io").versions.iter().map(|v| v.version.as_str()).collect();
@@ -98,10 +123,7 @@ fn known_facts_of_the_three_release_merge() {
     let storage_v1 = find("storage.k8s.io").versions.iter().find(|v| v.version == "v1").unwrap();
     let csinodes = storage_v1.resources.iter().find(|r| r.resource == "csinodes").unwrap();
     assert!(csinodes.subresources.iter().any(|s| s.subresource == "status"));
-    // Protobuf carries the same document.
-    let decoded = crate::apidiscovery::protobuf::decode(&doc.protobuf.identity).unwrap();
-    assert_eq!(decoded.items, doc.items);
-    assert_eq!(decoded.kind, "APIGroupDiscoveryList");
+    assert_eq!(protobuf::decode(&doc.protobuf.identity).unwrap().kind, "APIGroupDiscoveryList");
 }
 
 /// A server's view reduced and reordered: groups, versions and resources
@@ -147,10 +169,27 @@ proptest! {
             .enumerate()
             .map(|(i, seed)| (format!("server-{i}"), reduce(&fixture(releases[i % 3]), seed)))
             .collect();
-        let a = MergedDocument::build(&inputs);
-        check_union(&inputs, &a.items);
-        let b = MergedDocument::build(&inputs.clone());
-        prop_assert_eq!(a.etag, b.etag);
+        let servers = shared(&inputs);
+        let a = build(&servers, None);
+        check_union(&inputs, &items(&a));
+        let b = build(&shared(&inputs), None);
+        prop_assert_eq!(&a.etag, &b.etag);
         prop_assert!(a.json.identity == b.json.identity);
+        // Built again from `a` with one server's groups new (as parsed
+        // anew) and the others the same: identical to a build from scratch.
+        let mut changed = servers.clone();
+        if let Some(first) = changed.values_mut().next() {
+            *first = first.iter().map(|g| Arc::new((**g).clone())).collect();
+        }
+        let again = build(&changed, Some(&a));
+        let fresh = build(&changed, None);
+        prop_assert!(again.json.identity == fresh.json.identity);
+        prop_assert!(again.protobuf.identity == fresh.protobuf.identity);
+        prop_assert!(again.group_list.identity == fresh.group_list.identity);
+        prop_assert_eq!(&again.etag, &fresh.etag);
+        // Only groups holding one of the new inputs were encoded again.
+        let touched = servers.values().next().map_or(0, |g| g.iter().map(|g| g.name()).collect::<BTreeSet<_>>().len());
+        prop_assert_eq!(again.groups_encoded, touched);
+        prop_assert_eq!(build(&changed, Some(&again)).groups_encoded, 0);
     }
 }

@@ -9,47 +9,66 @@
 //! its list unchanged when every list is identical, which gives the same
 //! result whichever server is local.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::order::merge_preserving_relative_order;
 use crate::apidiscovery::{APIGroupDiscovery, APIResourceDiscovery, APIVersionDiscovery};
 
-/// `servers`: each server's groups, owned or shared (`Arc`): the sync loop
-/// hands over the views' own lists, never a copy.
-pub fn merge<G: Borrow<Vec<APIGroupDiscovery>>>(servers: &BTreeMap<String, G>) -> Vec<APIGroupDiscovery> {
-    let mut lists = servers.values().map(Borrow::borrow);
-    let Some(first) = lists.next() else { return vec![] };
-    if servers.len() == 1 {
-        return first.clone();
+// kube merges whole lists; the result is the same group by group: a merged
+// group depends only on the servers' groups of that name (in server order),
+// and the order of the groups only on each server's list of names. So the
+// merge is planned ([`plan`]) and then done per group ([`merge_group_inputs`]),
+// which lets the builder keep the encoding of a group whose inputs did not
+// change (`merged.rs`).
+
+/// The merged list in order: for each group, the servers' groups of that
+/// name in server order (the first is the base). One server: its list as it
+/// is (kube returns the local list unchanged). Several: the first server's
+/// order when every server lists the same names, else
+/// `MergePreservingRelativeOrder` of their name lists.
+pub fn plan<'a, T: Borrow<APIGroupDiscovery>>(lists: &[&'a [T]]) -> Vec<Vec<&'a T>> {
+    let [first, rest @ ..] = lists else { return vec![] };
+    if rest.is_empty() {
+        return first.iter().map(|g| vec![g]).collect();
     }
-    let first_names = names(first, &|g: &APIGroupDiscovery| g.name());
-    let mut merged: HashMap<String, APIGroupDiscovery> = HashMap::new();
-    let mut all_names: Vec<Vec<String>> = Vec::with_capacity(servers.len());
-    let mut content_changed = false;
-    let mut identical = true;
-    for groups in servers.values().map(Borrow::borrow) {
-        for g in groups {
-            match merged.remove(g.name()) {
-                Some(existing) => {
-                    let (m, changed) = merge_group(existing, g);
-                    content_changed |= changed;
-                    merged.insert(g.name().to_string(), m);
-                }
-                None => {
-                    merged.insert(g.name().to_string(), g.clone());
-                }
-            }
+    let mut by_name: HashMap<&'a str, Vec<&'a T>> = HashMap::new();
+    for list in lists {
+        for g in list.iter() {
+            by_name.entry(g.borrow().name()).or_default().push(g);
         }
-        let group_names = names(groups, &|g: &APIGroupDiscovery| g.name());
-        identical &= group_names == first_names;
-        all_names.push(group_names);
     }
-    if !content_changed && identical {
-        return first.clone();
+    let all_names: Vec<Vec<String>> = lists.iter().map(|l| names(l, &|g: &T| g.borrow().name())).collect();
+    let identical = all_names.windows(2).all(|w| w[0] == w[1]);
+    let order = match (identical, all_names.first()) {
+        (true, Some(first_names)) => first_names.clone(),
+        _ => merge_preserving_relative_order(&all_names),
+    };
+    order.iter().filter_map(|n| by_name.remove(n.as_str())).collect()
+}
+
+/// One planned group merged: the first input unchanged (borrowed) unless a
+/// later one adds something.
+pub fn merge_group_inputs<'a>(inputs: impl IntoIterator<Item = &'a APIGroupDiscovery>) -> Option<Cow<'a, APIGroupDiscovery>> {
+    let mut inputs = inputs.into_iter();
+    let mut merged = Cow::Borrowed(inputs.next()?);
+    for g in inputs {
+        // Equal groups merge to the base as it is (every union is
+        // unchanged): skip the work and the copy.
+        if *merged != *g {
+            merged = Cow::Owned(merge_group(merged.into_owned(), g).0);
+        }
     }
-    let order = if identical { first_names } else { merge_preserving_relative_order(&all_names) };
-    assemble(merged, &order)
+    Some(merged)
+}
+
+/// The whole merge at once (tests; the builder goes group by group).
+pub fn merge<L: Borrow<Vec<APIGroupDiscovery>>>(servers: &BTreeMap<String, L>) -> Vec<APIGroupDiscovery> {
+    let lists: Vec<&[APIGroupDiscovery]> = servers.values().map(|l| l.borrow().as_slice()).collect();
+    plan(&lists)
+        .into_iter()
+        .filter_map(|inputs| merge_group_inputs(inputs).map(Cow::into_owned))
+        .collect()
 }
 
 fn names<T>(items: &[T], name: &impl Fn(&T) -> &str) -> Vec<String> {

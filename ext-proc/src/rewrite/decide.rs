@@ -140,8 +140,8 @@ mod tests {
     use super::*;
 
     fn doc() -> MergedDocument {
-        let servers = [("a".to_string(), vec![]), ("b".to_string(), vec![])].into_iter().collect();
-        MergedDocument::build(&servers)
+        let servers = [("a".to_string(), &[][..]), ("b".to_string(), &[][..])].into_iter().collect();
+        MergedDocument::build(&servers, None)
     }
 
     fn asking(accept: &str) -> Exchange {

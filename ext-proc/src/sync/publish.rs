@@ -161,23 +161,29 @@ impl Syncer {
 
 /// The peer-aggregated `/apis` merger: merged and encoded off the sync loop.
 pub(super) fn merger(merged: watch::Sender<Option<Arc<MergedDocument>>>, metrics: Arc<Metrics>) -> Latest<Vec<(String, Arc<ServerView>)>> {
+    // Builds run one at a time; each starts from the last one's encodings.
+    let last: std::sync::Mutex<Option<Arc<MergedDocument>>> = Default::default();
     Latest::spawn(
         "peer-aggregated discovery",
-        |inputs: &Vec<(String, Arc<ServerView>)>| {
-            let servers: std::collections::BTreeMap<String, Arc<Vec<_>>> = inputs.iter().map(|(n, v)| (n.clone(), v.groups.clone())).collect();
-            MergedDocument::build(&servers)
+        move |inputs: &Vec<(String, Arc<ServerView>)>| {
+            let servers: std::collections::BTreeMap<String, &[_]> = inputs.iter().map(|(n, v)| (n.clone(), v.groups.as_slice())).collect();
+            let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let doc = Arc::new(MergedDocument::build(&servers, last.as_deref()));
+            *last = Some(doc.clone());
+            doc
         },
-        move |doc, took| {
-            metrics.peer_aggregated_cache_miss();
+        move |doc, _| {
+            metrics.peer_aggregated_rebuilt(doc.build_time);
             tracing::info!(
                 etag = %doc.etag.get(1..17).unwrap_or(""),
-                groups = doc.items.len(),
+                groups = doc.groups,
+                groups_encoded = doc.groups_encoded,
                 bytes = doc.json.identity.len(),
                 sources = ?doc.sources,
-                ?took,
+                took = ?doc.build_time,
                 "peer-aggregated discovery rebuilt"
             );
-            merged.send_replace(Some(Arc::new(doc)));
+            merged.send_replace(Some(doc));
         },
     )
 }

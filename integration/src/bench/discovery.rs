@@ -40,6 +40,18 @@ pub struct CrdHeavy {
     pub merged: Latency,
     pub ext_proc_rss_mib: f64,
     pub envoy_rss_mib: f64,
+    /// mvp-ext-proc's own build time of the merged document (`/table`
+    /// `discovery.buildSeconds`), ms, and the groups it encoded, per kind of
+    /// change, in alternating rounds.
+    pub rebuilds: BTreeMap<String, Rebuild>,
+    /// RSS after those rebuilds.
+    pub ext_proc_rss_after_rebuilds_mib: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Rebuild {
+    pub build_ms: Spread,
+    pub groups_encoded: Spread,
 }
 
 /// Merged vs passthrough `/apis` with three apiservers serving the real
@@ -182,6 +194,8 @@ pub(super) async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Set
     let (ext_proc_rss, envoy_rss) = (rss_mib(backend.ext_proc.pid()), rss_mib(envoy.pid()));
     drop(envoy);
     let (latency, added) = merged_vs_passthrough(&backend, http, "crd-heavy", settings).await?;
+    let rebuilds = rebuilds(&backend, settings).await?;
+    let ext_proc_rss_after_rebuilds_mib = rss_mib(backend.ext_proc.pid());
     let get = |k: &str| latency.get(k).cloned().unwrap_or_default();
     Ok(CrdHeavy {
         document_bytes: apis.len(),
@@ -201,5 +215,35 @@ pub(super) async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Set
         merged: get("apis_merged"),
         ext_proc_rss_mib: ext_proc_rss,
         envoy_rss_mib: envoy_rss,
+        rebuilds,
+        ext_proc_rss_after_rebuilds_mib,
     })
+}
+
+/// The merged document rebuilt after three kinds of change, in rounds:
+/// every CRD group changed (a full merge), one CRD added, and the other
+/// apiserver upgraded (v1.30 ↔ v1.33: the built-in groups only).
+async fn rebuilds(backend: &Backend, settings: &Settings) -> Result<BTreeMap<String, Rebuild>> {
+    let groups = settings.crd_heavy_groups;
+    let old = |release: &str| std::fs::read(fixtures_dir().join(release).join("apis.json"));
+    let (v130, v133) = (old("v1.30")?, old("v1.33")?);
+    let mut samples: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    let mut current = backend.wait_table(|t| t["discovery"]["etag"].is_string()).await?["discovery"]["etag"].clone();
+    for round in 1..=settings.rounds {
+        let changes: [(&str, &str, Vec<u8>); 3] = [
+            ("every CRD group changed", "big", serde_json::to_vec(&crate::harness::crd_heavy::apis_revision(groups, round))?),
+            ("one CRD added", "big", serde_json::to_vec(&crate::harness::crd_heavy::apis_revision(groups + 1, round))?),
+            ("other apiserver upgraded", "old", if round % 2 == 1 { v133.clone() } else { v130.clone() }),
+        ];
+        for (what, server, body) in changes {
+            let url = format!("http://{}/__bench/apis", backend.address(server));
+            backend.http.post(url).body(body).send().await?.error_for_status()?;
+            let table = backend.wait_table(|t| t["discovery"]["etag"] != current).await?;
+            current = table["discovery"]["etag"].clone();
+            let s = samples.entry(what).or_default();
+            s.0.push(table["discovery"]["buildSeconds"].as_f64().unwrap_or(f64::NAN) * 1e3);
+            s.1.push(table["discovery"]["groupsEncoded"].as_f64().unwrap_or(f64::NAN));
+        }
+    }
+    Ok(samples.into_iter().map(|(k, (ms, n))| (k.to_string(), Rebuild { build_ms: Spread::of(&ms), groups_encoded: Spread::of(&n) })).collect())
 }

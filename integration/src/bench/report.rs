@@ -53,7 +53,16 @@ pub fn finish(r: &mut Results) {
             c.unmerged == 0,
             format!("{} unmerged, Envoy message_timeouts {}", c.unmerged, c.envoy_message_timeouts),
         ));
-        targets.push(("CRD-heavy: mvp-ext-proc RSS ≤ 64 MiB".into(), c.ext_proc_rss_mib <= 64.0, format!("{:.1} MiB (Envoy {:.1} MiB)", c.ext_proc_rss_mib, c.envoy_rss_mib)));
+        let rss = c.ext_proc_rss_mib.max(c.ext_proc_rss_after_rebuilds_mib);
+        targets.push((
+            "CRD-heavy: mvp-ext-proc RSS ≤ 64 MiB".into(),
+            rss <= 64.0,
+            format!("{:.1} MiB after the load, {:.1} after the rebuilds (Envoy {:.1} MiB)", c.ext_proc_rss_mib, c.ext_proc_rss_after_rebuilds_mib, c.envoy_rss_mib),
+        ));
+        if let Some(full) = c.rebuilds.get("every CRD group changed") {
+            let ms = &full.build_ms;
+            targets.push((format!("{}-CRD merge ≤ 100 ms", c.groups), ms.median <= 100.0, format!("{:.1} ms ({:.1}–{:.1})", ms.median, ms.min, ms.max)));
+        }
     }
     if let (Some(p50), Some(p99)) = (r.memory.remove("propagation_p50_ms"), r.memory.remove("propagation_p99_ms")) {
         r.propagation_ms.insert("p50".into(), p50);
@@ -128,6 +137,13 @@ pub fn render_table(r: &Results) -> String {
         c.added_p50_ms.median, c.added_p99_ms.median
     ));
     out.push_str(&format!("| RSS after the load: mvp-ext-proc / Envoy | {:.1} / {:.1} MiB |\n", c.ext_proc_rss_mib, c.envoy_rss_mib));
+    out.push_str(&format!("| mvp-ext-proc RSS after the rebuilds below | {:.1} MiB |\n", c.ext_proc_rss_after_rebuilds_mib));
+    for (what, b) in &c.rebuilds {
+        out.push_str(&format!(
+            "| rebuild after \"{what}\": build ms, median (min–max) / groups encoded | {:.1} ({:.1}–{:.1}) / {:.0} |\n",
+            b.build_ms.median, b.build_ms.min, b.build_ms.max, b.groups_encoded.median
+        ));
+    }
     out.push_str("\n| other | value |\n|---|---|\n");
     for (k, v) in &r.propagation_ms {
         out.push_str(&format!("| propagation {k} | {v:.0}{} |\n", if k == "samples" { "" } else { " ms" }));

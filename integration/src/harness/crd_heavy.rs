@@ -14,6 +14,13 @@ fn fixture(name: &str) -> Value {
 
 /// The v1.37 aggregated `/apis` with `groups` extra CRD groups appended.
 pub fn apis(groups: usize) -> Value {
+    apis_revision(groups, 0)
+}
+
+/// [`apis`] with every CRD group changed by `revision` (its short names):
+/// a new revision is a document whose every group must be merged and
+/// encoded again.
+pub fn apis_revision(groups: usize, revision: usize) -> Value {
     let mut apis = fixture("apis.json");
     let template = apis["items"][0]["versions"][0]["resources"][0].clone();
     let mut extra = Vec::with_capacity(groups);
@@ -24,7 +31,7 @@ pub fn apis(groups: usize) -> Value {
             r["singularResource"] = json!(format!("widget{i}"));
             r["responseKind"] = json!({"group": "", "version": "", "kind": format!("Widget{i}")});
             r["categories"] = json!(["all", "example"]);
-            r["shortNames"] = json!([format!("w{i}")]);
+            r["shortNames"] = json!([if revision == 0 { format!("w{i}") } else { format!("w{i}r{revision}") }]);
             r
         };
         let versions: Vec<Value> = ["v1", "v1beta1"]
