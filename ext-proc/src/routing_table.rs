@@ -71,13 +71,13 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
             let gb = groups.entry(g.clone()).or_default();
             gb.servers |= bit;
             for (v, resources) in versions.iter() {
-                let vb = gb.versions.entry(v.clone()).or_default();
+                let vb = gb.versions.entry(v.to_string()).or_default();
                 vb.servers |= bit;
-                for (r, subs) in resources {
-                    let rb = vb.resources.entry(r.clone()).or_default();
+                for (r, subs) in resources.iter() {
+                    let rb = vb.resources.entry(r.to_string()).or_default();
                     rb.servers |= bit;
-                    for sub in subs {
-                        *rb.subresources.entry(sub.clone()).or_default() |= bit;
+                    for sub in subs.iter() {
+                        *rb.subresources.entry(sub.to_string()).or_default() |= bit;
                     }
                 }
             }

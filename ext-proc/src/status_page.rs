@@ -162,7 +162,7 @@ mod tests {
         for r in resources {
             let (g, rest) = r.split_once(':').unwrap();
             let (v, res) = rest.split_once('/').unwrap();
-            caps.add_version(g, v).entry(res.to_string()).or_default();
+            caps.add_version(g, v).entry(res);
         }
         s.view = Some(Arc::new(ServerView { capabilities: caps, groups: Default::default() }));
         s.healthy = healthy;

@@ -138,7 +138,7 @@ fn str_len(tag: u32, s: &str) -> usize {
     nested_len(tag, s.len())
 }
 
-fn strings_len<'a>(tag: u32, all: impl IntoIterator<Item = &'a String>) -> usize {
+fn strings_len<'a>(tag: u32, all: impl IntoIterator<Item = &'a ad::Str>) -> usize {
     all.into_iter().map(|s| str_len(tag, s)).sum()
 }
 
@@ -153,7 +153,7 @@ fn string(tag: u32, s: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(s.as_bytes());
 }
 
-fn strings<'a>(tag: u32, all: impl IntoIterator<Item = &'a String>, out: &mut Vec<u8>) {
+fn strings<'a>(tag: u32, all: impl IntoIterator<Item = &'a ad::Str>, out: &mut Vec<u8>) {
     for s in all {
         string(tag, s, out);
     }
@@ -166,11 +166,12 @@ pub fn decode(body: &[u8]) -> Result<APIGroupDiscoveryList, String> {
     let tm = unknown.type_meta.unwrap_or_default();
     let list = pbd::ApiGroupDiscoveryList::decode(unknown.raw.unwrap_or_default().as_slice()).map_err(|e| e.to_string())?;
     let kind = |k: pbmeta::GroupVersionKind| ad::GroupVersionKind {
-        group: k.group.unwrap_or_default(),
-        version: k.version.unwrap_or_default(),
-        kind: k.kind.unwrap_or_default(),
+        group: k.group.unwrap_or_default().into(),
+        version: k.version.unwrap_or_default().into(),
+        kind: k.kind.unwrap_or_default().into(),
     };
-    let verbs = |v: Vec<String>| if v.is_empty() { None } else { Some(v) };
+    let strs = |v: Vec<String>| v.into_iter().map(ad::Str::from).collect::<Vec<_>>();
+    let verbs = |v: Vec<String>| if v.is_empty() { None } else { Some(strs(v)) };
     Ok(APIGroupDiscoveryList {
         kind: tm.kind.unwrap_or_default(),
         api_version: tm.api_version.unwrap_or_default(),
@@ -179,29 +180,29 @@ pub fn decode(body: &[u8]) -> Result<APIGroupDiscoveryList, String> {
             .items
             .into_iter()
             .map(|g| APIGroupDiscovery {
-                metadata: ad::ObjectMeta { name: g.metadata.and_then(|m| m.name).unwrap_or_default() },
+                metadata: ad::ObjectMeta { name: g.metadata.and_then(|m| m.name).unwrap_or_default().into() },
                 versions: g
                     .versions
                     .into_iter()
                     .map(|v| ad::APIVersionDiscovery {
-                        version: v.version.unwrap_or_default(),
-                        freshness: v.freshness.unwrap_or_default(),
+                        version: v.version.unwrap_or_default().into(),
+                        freshness: v.freshness.unwrap_or_default().into(),
                         resources: v
                             .resources
                             .into_iter()
                             .map(|r| ad::APIResourceDiscovery {
-                                resource: r.resource.unwrap_or_default(),
+                                resource: r.resource.unwrap_or_default().into(),
                                 response_kind: r.response_kind.map(kind),
-                                scope: r.scope.unwrap_or_default(),
-                                singular_resource: r.singular_resource.unwrap_or_default(),
+                                scope: r.scope.unwrap_or_default().into(),
+                                singular_resource: r.singular_resource.unwrap_or_default().into(),
                                 verbs: verbs(r.verbs),
-                                short_names: r.short_names,
-                                categories: r.categories,
+                                short_names: strs(r.short_names),
+                                categories: strs(r.categories),
                                 subresources: r
                                     .subresources
                                     .into_iter()
                                     .map(|s| ad::APISubresourceDiscovery {
-                                        subresource: s.subresource.unwrap_or_default(),
+                                        subresource: s.subresource.unwrap_or_default().into(),
                                         response_kind: s.response_kind.map(kind),
                                         accepted_types: s.accepted_types.into_iter().map(kind).collect(),
                                         verbs: verbs(s.verbs),
@@ -221,7 +222,11 @@ mod tests {
     use super::*;
 
     fn gvk(k: &ad::GroupVersionKind) -> pbmeta::GroupVersionKind {
-        pbmeta::GroupVersionKind { group: Some(k.group.clone()), version: Some(k.version.clone()), kind: Some(k.kind.clone()) }
+        pbmeta::GroupVersionKind { group: Some(k.group.to_string()), version: Some(k.version.to_string()), kind: Some(k.kind.to_string()) }
+    }
+
+    fn strings<'a>(all: impl IntoIterator<Item = &'a ad::Str>) -> Vec<String> {
+        all.into_iter().map(|s| s.to_string()).collect()
     }
 
     /// The same document through prost's generated messages.
@@ -232,32 +237,32 @@ mod tests {
                 .items
                 .iter()
                 .map(|g| pbd::ApiGroupDiscovery {
-                    metadata: Some(pbmeta::ObjectMeta { name: Some(g.metadata.name.clone()) }),
+                    metadata: Some(pbmeta::ObjectMeta { name: Some(g.metadata.name.to_string()) }),
                     versions: g
                         .versions
                         .iter()
                         .map(|v| pbd::ApiVersionDiscovery {
-                            version: Some(v.version.clone()),
-                            freshness: Some(v.freshness.clone()),
+                            version: Some(v.version.to_string()),
+                            freshness: Some(v.freshness.to_string()),
                             resources: v
                                 .resources
                                 .iter()
                                 .map(|r| pbd::ApiResourceDiscovery {
-                                    resource: Some(r.resource.clone()),
+                                    resource: Some(r.resource.to_string()),
                                     response_kind: r.response_kind.as_ref().map(gvk),
-                                    scope: Some(r.scope.clone()),
-                                    singular_resource: Some(r.singular_resource.clone()),
-                                    verbs: r.verbs.clone().unwrap_or_default(),
-                                    short_names: r.short_names.clone(),
-                                    categories: r.categories.clone(),
+                                    scope: Some(r.scope.to_string()),
+                                    singular_resource: Some(r.singular_resource.to_string()),
+                                    verbs: strings(r.verbs.iter().flatten()),
+                                    short_names: strings(&r.short_names),
+                                    categories: strings(&r.categories),
                                     subresources: r
                                         .subresources
                                         .iter()
                                         .map(|s| pbd::ApiSubresourceDiscovery {
-                                            subresource: Some(s.subresource.clone()),
+                                            subresource: Some(s.subresource.to_string()),
                                             response_kind: s.response_kind.as_ref().map(gvk),
                                             accepted_types: s.accepted_types.iter().map(gvk).collect(),
-                                            verbs: s.verbs.clone().unwrap_or_default(),
+                                            verbs: strings(s.verbs.iter().flatten()),
                                         })
                                         .collect(),
                                 })
@@ -286,15 +291,15 @@ mod tests {
             .collect();
         // Empty lists, nil verbs and kinds, empty strings, a long name (two-byte lengths).
         let odd = ad::APIResourceDiscovery {
-            resource: "x".repeat(300),
+            resource: "x".repeat(300).into(),
             subresources: vec![ad::APISubresourceDiscovery {
-                subresource: String::new(),
+                subresource: Default::default(),
                 accepted_types: vec![Default::default()],
                 ..Default::default()
             }],
             ..Default::default()
         };
-        let versions = vec![ad::APIVersionDiscovery { version: "v1".into(), resources: vec![odd], freshness: String::new() }];
+        let versions = vec![ad::APIVersionDiscovery { version: "v1".into(), resources: vec![odd], freshness: Default::default() }];
         lists.push(APIGroupDiscoveryList { items: vec![APIGroupDiscovery::default(), APIGroupDiscovery { metadata: ad::ObjectMeta { name: "g".into() }, versions }], ..Default::default() });
         lists.push(APIGroupDiscoveryList::default());
         for list in &lists {

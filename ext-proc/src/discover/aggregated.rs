@@ -102,9 +102,9 @@ pub fn capabilities_of(root: Root, groups: &[APIGroupDiscovery]) -> Result<Capab
             let resources = caps.add_version(group, &v.version);
             for r in &v.resources {
                 check_segment("resource", &r.resource)?;
-                let subs = resources.entry(r.resource.clone()).or_default();
+                let subs = resources.entry(&r.resource);
                 for s in &r.subresources {
-                    subs.insert(s.subresource.clone());
+                    subs.insert(&s.subresource);
                 }
             }
         }

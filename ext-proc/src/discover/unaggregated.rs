@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::aggregated::{DocumentError, Root, RootView, capabilities_of, check_segment, parse};
 use super::{Discoverer, DiscoveryError, Fetched};
+use crate::apidiscovery::Str;
 use crate::apidiscovery::{APIGroupDiscovery, ObjectMeta};
 use crate::apidiscovery::{APIResourceDiscovery, APISubresourceDiscovery, APIVersionDiscovery, GroupVersionKind};
 
@@ -66,23 +67,23 @@ pub struct ApiResourceList {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiResource {
-    pub name: String,
+    pub name: Str,
     #[serde(default)]
-    pub singular_name: String,
+    pub singular_name: Str,
     #[serde(default)]
     pub namespaced: bool,
     #[serde(default)]
-    pub group: Option<String>,
+    pub group: Option<Str>,
     #[serde(default)]
-    pub version: Option<String>,
+    pub version: Option<Str>,
     #[serde(default)]
-    pub kind: String,
+    pub kind: Str,
     #[serde(default)]
-    pub verbs: Vec<String>,
+    pub verbs: Vec<Str>,
     #[serde(default)]
-    pub short_names: Vec<String>,
+    pub short_names: Vec<Str>,
     #[serde(default)]
-    pub categories: Vec<String>,
+    pub categories: Vec<Str>,
 }
 
 /// An unaggregated `APIResourceList` for `group`/`version`, validated.
@@ -127,7 +128,7 @@ pub fn version_from_resource_list(version: &str, list: &ApiResourceList) -> APIV
         let Some((parent, sub)) = r.name.split_once('/') else { continue };
         let Some(p) = resources.iter_mut().find(|p| p.resource == parent) else { continue };
         p.subresources.push(APISubresourceDiscovery {
-            subresource: sub.to_string(),
+            subresource: sub.into(),
             response_kind: Some(GroupVersionKind {
                 group: r.group.clone().unwrap_or_default(),
                 version: r.version.clone().unwrap_or_default(),
@@ -137,7 +138,7 @@ pub fn version_from_resource_list(version: &str, list: &ApiResourceList) -> APIV
             verbs: Some(r.verbs.clone()),
         });
     }
-    APIVersionDiscovery { version: version.to_string(), resources, freshness: "Current".into() }
+    APIVersionDiscovery { version: version.into(), resources, freshness: "Current".into() }
 }
 
 impl Discoverer {
@@ -188,7 +189,7 @@ impl Discoverer {
                     match groups.iter_mut().find(|g| g.name() == group) {
                         Some(g) => g.versions.push(v),
                         None => groups.push(APIGroupDiscovery {
-                            metadata: ObjectMeta { name: group.clone() },
+                            metadata: ObjectMeta { name: group.as_str().into() },
                             versions: vec![v],
                         }),
                     }

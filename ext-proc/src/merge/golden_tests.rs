@@ -51,8 +51,8 @@ fn gvrs(items: &[APIGroupDiscovery]) -> Vec<(String, String, String, BTreeSet<St
     for g in items {
         for v in &g.versions {
             for r in &v.resources {
-                let subs = r.subresources.iter().map(|s| s.subresource.clone()).collect();
-                out.push((g.metadata.name.clone(), v.version.clone(), r.resource.clone(), subs));
+                let subs = r.subresources.iter().map(|s| s.subresource.to_string()).collect();
+                out.push((g.metadata.name.to_string(), v.version.to_string(), r.resource.to_string(), subs));
             }
         }
     }

@@ -243,7 +243,7 @@ fn group_list_entry(g: &APIGroupDiscovery) -> Option<Vec<u8>> {
     let versions: Vec<GroupVersionForDiscovery> = g
         .versions
         .iter()
-        .map(|v| GroupVersionForDiscovery { group_version: format!("{}/{}", g.name(), v.version), version: v.version.clone() })
+        .map(|v| GroupVersionForDiscovery { group_version: format!("{}/{}", g.name(), v.version), version: v.version.to_string() })
         .collect();
     let preferred_version = versions.first()?.clone();
     Some(go_json(&GroupEntry { name: g.name(), versions, preferred_version }))

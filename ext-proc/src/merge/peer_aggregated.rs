@@ -135,7 +135,7 @@ fn merge_version(a: APIVersionDiscovery, b: &APIVersionDiscovery) -> (APIVersion
 /// subresources a union by name (`b` wins a clash) sorted by name; every
 /// other field from `a` (from `b` if `a` has no resource name).
 fn merge_capabilities(a: &APIResourceDiscovery, b: &APIResourceDiscovery) -> APIResourceDiscovery {
-    let verbs: BTreeSet<&String> = a.verbs.iter().flatten().chain(b.verbs.iter().flatten()).collect();
+    let verbs: BTreeSet<&crate::apidiscovery::Str> = a.verbs.iter().flatten().chain(b.verbs.iter().flatten()).collect();
     let mut subs: BTreeMap<&str, &crate::apidiscovery::APISubresourceDiscovery> = BTreeMap::new();
     for s in a.subresources.iter().chain(&b.subresources) {
         subs.insert(&s.subresource, s);
@@ -156,10 +156,10 @@ mod tests {
             resource: name.into(),
             scope: "Namespaced".into(),
             singular_resource: name.trim_end_matches('s').into(),
-            verbs: Some(verbs.iter().map(|s| s.to_string()).collect()),
+            verbs: Some(verbs.iter().map(|s| (*s).into()).collect()),
             subresources: subs
                 .iter()
-                .map(|s| APISubresourceDiscovery { subresource: s.to_string(), verbs: Some(vec!["get".into()]), ..Default::default() })
+                .map(|s| APISubresourceDiscovery { subresource: (*s).into(), verbs: Some(vec!["get".into()]), ..Default::default() })
                 .collect(),
             ..Default::default()
         }
@@ -170,7 +170,7 @@ mod tests {
             metadata: ObjectMeta { name: name.into() },
             versions: versions
                 .iter()
-                .map(|(v, r)| APIVersionDiscovery { version: v.to_string(), resources: r.clone(), freshness: "Current".into() })
+                .map(|(v, r)| APIVersionDiscovery { version: (*v).into(), resources: r.clone(), freshness: "Current".into() })
                 .collect(),
         }
     }
@@ -214,7 +214,7 @@ mod tests {
         rb.scope = "Cluster".into();
         let out = merge(&servers(vec![("a", vec![group("x", &[("v1", vec![ra])])]), ("b", vec![group("x", &[("v1", vec![rb])])])]));
         let w = &out[0].versions[0].resources[0];
-        assert_eq!((w.short_names.clone(), w.scope.as_str()), (vec!["w".to_string()], "Namespaced"));
+        assert_eq!((w.short_names.clone(), w.scope.as_str()), (vec!["w".into()], "Namespaced"));
         assert_eq!(w.verbs.as_deref().unwrap(), ["get", "list"]);
     }
 
