@@ -1,13 +1,14 @@
 //! Handing freed memory back to the operating system.
 //!
-//! A CRD-heavy cluster's merge allocates tens of MiB for a moment (parsed
-//! groups, the merged list, its JSON, protobuf and gzip forms) on the
-//! blocking pool's threads, and then frees the previous build. glibc keeps
-//! freed memory in each thread's arena rather than returning it, so the
-//! process's RSS grew to the sum of those peaks: with the 5.5 MB document,
-//! mvp-ext-proc sat at ~130 MiB, ~108 MiB after trimming, of which heaptrack
-//! finds ~70 MB live (BENCHMARKS.md). `malloc_trim` after each build returns
-//! what is free in every arena.
+//! A CRD-heavy cluster's change allocates tens of MiB for a moment (the new
+//! parsed view beside the old one, the new document's bodies and gzip forms
+//! beside the previous document's) and then frees the old. glibc keeps freed
+//! memory rather than returning it; `malloc_trim` after each build returns
+//! what is free, and [`configure`] keeps large buffers out of the heap.
+//! With the 5.5 MB document (release): idle RSS ~46 MiB; after repeated
+//! changes of every CRD group it settles at ~77 MiB (the heap holds two
+//! views' worth while a change is parsed; freed pages with a live neighbour
+//! stay resident). BENCHMARKS.md has the benchmark's figures.
 
 /// Set once at start, before any thread exists. glibc's defaults suit
 /// short-lived programs, not a server that keeps a few multi-MiB documents
@@ -25,8 +26,8 @@
 ///   still go through glibc's per-thread cache without the arena's lock.
 ///
 /// Idle RSS with a 5.5 MB CRD-heavy `/apis` beside v1.30 (release, four
-/// starts each): 64.8–66.8 MiB with glibc's defaults, 52.0–63.5 with two
-/// arenas, 52.1–52.3 with one.
+/// starts each, before the compact capabilities): 64.8–66.8 MiB with glibc's
+/// defaults, 52.0–63.5 with two arenas, 52.1–52.3 with one.
 pub fn configure() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocation policy; called before

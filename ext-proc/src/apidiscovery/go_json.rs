@@ -6,11 +6,25 @@ use serde::Serialize;
 /// applies inside strings (`<`, `>`, `&`, U+2028, U+2029). Those characters
 /// can only occur inside strings in JSON, so a byte-level rewrite is exact.
 pub fn go_json<T: Serialize>(v: &T) -> Vec<u8> {
-    let raw = serde_json::to_vec(v).unwrap_or_default();
-    if !raw.iter().any(|b| matches!(b, b'<' | b'>' | b'&' | 0xE2)) {
-        return raw;
+    let mut out = Vec::new();
+    go_json_into(&mut out, v);
+    out
+}
+
+/// [`go_json`] appended to `out` (nothing on a serialization error, which
+/// the discovery types cannot have).
+pub fn go_json_into<T: Serialize>(out: &mut Vec<u8>, v: &T) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, v).is_err() {
+        out.truncate(start);
+        return;
     }
-    let mut out = Vec::with_capacity(raw.len() + 16);
+    let escape = out.get(start..).is_some_and(|raw| raw.iter().any(|b| matches!(b, b'<' | b'>' | b'&' | 0xE2)));
+    if !escape {
+        return;
+    }
+    let raw = out.split_off(start);
+    out.reserve(raw.len() + 16);
     let mut i = 0;
     while let Some(&b) = raw.get(i) {
         match b {
@@ -26,7 +40,6 @@ pub fn go_json<T: Serialize>(v: &T) -> Vec<u8> {
         }
         i += 1;
     }
-    out
 }
 
 #[cfg(test)]

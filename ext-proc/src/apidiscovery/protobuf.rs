@@ -49,8 +49,18 @@ pub fn envelope(items: &[usize], out: &mut Vec<u8>) {
 
 /// One group of the list, already encoded by [`group`].
 pub fn item(encoded: &[u8], out: &mut Vec<u8>) {
-    head(2, encoded.len(), out);
+    item_head(encoded.len(), out);
     out.extend_from_slice(encoded);
+}
+
+/// The tag and length of a group of the list, `len` its [`group_len`].
+pub fn item_head(len: usize, out: &mut Vec<u8>) {
+    head(2, len, out);
+}
+
+/// The length [`group`] writes.
+pub fn group_len(g: &APIGroupDiscovery) -> usize {
+    nested_len(1, str_len(1, &g.metadata.name)) + g.versions.iter().map(|v| nested_len(2, version_len(v))).sum::<usize>()
 }
 
 /// `contentEncoding` and `contentType`, both empty.

@@ -16,7 +16,8 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::peer_aggregated;
-use crate::apidiscovery::{self as ad, APIGroupDiscovery, APIGroupDiscoveryList, SharedGroup, etag, go_json, protobuf};
+use crate::apidiscovery::go_json::go_json_into;
+use crate::apidiscovery::{self as ad, APIGroupDiscovery, APIGroupDiscoveryList, SharedGroup, Str, etag, go_json, protobuf};
 
 /// kube-apiserver gzips a response only above this size
 /// (`responsewriters.defaultGzipThresholdBytes`).
@@ -67,7 +68,10 @@ pub struct MergedDocument {
     /// How long the build took (merge, encodings, gzip).
     pub build_time: std::time::Duration,
     /// Per group name: what the next build may reuse.
-    parts: HashMap<String, Part>,
+    parts: HashMap<Str, Part>,
+    /// Every part's inputs, one after another (one allocation, not one per
+    /// group: these live as long as the document).
+    inputs: Vec<SharedGroup>,
 }
 
 /// One merged group: the inputs it was merged from (held, so their
@@ -75,18 +79,20 @@ pub struct MergedDocument {
 /// in this document's bodies.
 #[derive(Debug, Clone)]
 struct Part {
-    inputs: Vec<SharedGroup>,
+    inputs: Range<usize>,
     json: Range<usize>,
     protobuf: Range<usize>,
     group_list: Option<Range<usize>>,
 }
 
-/// One group's encodings for the document being built: borrowed from the
-/// previous document or freshly encoded.
-struct Fragments<'a> {
-    json: Cow<'a, [u8]>,
-    protobuf: Cow<'a, [u8]>,
-    group_list: Option<Cow<'a, [u8]>>,
+/// Where a group's encodings come from in the document being built.
+enum Source<'a> {
+    /// The previous document's bytes.
+    Reused { json: &'a [u8], protobuf: &'a [u8], group_list: Option<&'a [u8]> },
+    /// Merged now and encoded straight into the new bodies (no
+    /// intermediate buffers: short-lived allocations between the
+    /// document's long-lived ones would fragment the heap).
+    Fresh(Cow<'a, APIGroupDiscovery>),
 }
 
 impl MergedDocument {
@@ -97,30 +103,58 @@ impl MergedDocument {
         let lists: Vec<&[SharedGroup]> = servers.values().copied().collect();
         let plan = peer_aggregated::plan(&lists);
         let mut groups_encoded = 0;
-        let fragments: Vec<Fragments> = plan
+        let groups: Vec<(&[&SharedGroup], Source)> = plan
             .iter()
-            .map(|inputs| {
-                previous.and_then(|p| p.reuse(inputs)).unwrap_or_else(|| {
-                    groups_encoded += 1;
-                    encode(inputs)
-                })
+            .filter_map(|inputs| {
+                let source = match previous.and_then(|p| p.reuse(inputs)) {
+                    Some(reused) => reused,
+                    None => {
+                        groups_encoded += 1;
+                        Source::Fresh(peer_aggregated::merge_group_inputs(inputs.iter().map(|g| &***g))?)
+                    }
+                };
+                Some((inputs.as_slice(), source))
             })
             .collect();
 
-        let mut parts = HashMap::with_capacity(plan.len());
-        let (json, json_ranges) = join(&JSON_LIST.0, fragments.iter().map(|f| &*f.json), &JSON_LIST.1);
-        let (group_list, list_ranges) = join(&GROUP_LIST.0, fragments.iter().filter_map(|f| f.group_list.as_deref()), &GROUP_LIST.1);
-        let protobuf_lens: Vec<usize> = fragments.iter().map(|f| f.protobuf.len()).collect();
-        let mut pb = Vec::with_capacity(protobuf_lens.iter().map(|n| n + 6).sum::<usize>() + 128);
-        protobuf::envelope(&protobuf_lens, &mut pb);
+        let (json, json_ranges) = join(&JSON_LIST, previous.map_or(0, |p| p.json.identity.len()), groups.iter().map(|(_, s)| match s {
+            Source::Reused { json, .. } => Item::Copy(json),
+            Source::Fresh(g) => Item::Json(g),
+        }));
+        let (group_list, list_ranges) = join(&GROUP_LIST, previous.map_or(0, |p| p.group_list.identity.len()), groups.iter().filter_map(|(_, s)| match s {
+            Source::Reused { group_list, .. } => group_list.map(Item::Copy),
+            Source::Fresh(g) => listed(g).then_some(Item::ListEntry(g)),
+        }));
+        let lens: Vec<usize> = groups
+            .iter()
+            .map(|(_, s)| match s {
+                Source::Reused { protobuf, .. } => protobuf.len(),
+                Source::Fresh(g) => protobuf::group_len(g),
+            })
+            .collect();
+        let mut pb = Vec::with_capacity(lens.iter().map(|n| n + 6).sum::<usize>() + 128);
+        protobuf::envelope(&lens, &mut pb);
+        let mut parts = HashMap::with_capacity(groups.len());
+        let mut inputs = Vec::with_capacity(groups.iter().map(|(i, _)| i.len()).sum());
         let mut list_ranges = list_ranges.into_iter();
-        for ((inputs, f), json) in plan.iter().zip(&fragments).zip(json_ranges) {
-            protobuf::item(&f.protobuf, &mut pb);
-            let protobuf = pb.len() - f.protobuf.len()..pb.len();
-            let group_list = f.group_list.as_ref().and_then(|_| list_ranges.next());
-            if let Some(first) = inputs.first() {
-                let inputs = inputs.iter().map(|g| Arc::clone(g)).collect();
-                parts.insert(first.name().to_string(), Part { inputs, json, protobuf, group_list });
+        for (((group_inputs, source), json), len) in groups.iter().zip(json_ranges).zip(lens) {
+            protobuf::item_head(len, &mut pb);
+            let at = pb.len();
+            let listed = match source {
+                Source::Reused { protobuf, group_list, .. } => {
+                    pb.extend_from_slice(protobuf);
+                    group_list.is_some()
+                }
+                Source::Fresh(g) => {
+                    protobuf::group(g, &mut pb);
+                    listed(g)
+                }
+            };
+            let group_list = if listed { list_ranges.next() } else { None };
+            if let Some(first) = group_inputs.first() {
+                let from = inputs.len();
+                inputs.extend(group_inputs.iter().map(|g| Arc::clone(g)));
+                parts.insert(Str::from(first.name()), Part { inputs: from..inputs.len(), json, protobuf: at..pb.len(), group_list });
             }
         }
         protobuf::envelope_end(&mut pb);
@@ -133,44 +167,35 @@ impl MergedDocument {
             protobuf: Encoded::new(pb),
             group_list: Encoded::new(group_list),
             sources: servers.keys().cloned().collect(),
-            groups: plan.len(),
+            groups: groups.len(),
             groups_encoded,
             parts,
+            inputs,
             build_time: started.elapsed(),
         }
     }
 
     /// This document's encodings of a group, if it merged exactly `inputs`.
-    fn reuse(&self, inputs: &[&SharedGroup]) -> Option<Fragments<'_>> {
+    fn reuse(&self, inputs: &[&SharedGroup]) -> Option<Source<'_>> {
         let part = self.parts.get(inputs.first()?.name())?;
-        let same = part.inputs.len() == inputs.len() && part.inputs.iter().zip(inputs).all(|(a, b)| Arc::ptr_eq(a, b));
+        let held = self.inputs.get(part.inputs.clone())?;
+        let same = held.len() == inputs.len() && held.iter().zip(inputs).all(|(a, b)| Arc::ptr_eq(a, b));
         if !same {
             return None;
         }
-        Some(Fragments {
-            json: Cow::Borrowed(self.json.identity.get(part.json.clone())?),
-            protobuf: Cow::Borrowed(self.protobuf.identity.get(part.protobuf.clone())?),
+        Some(Source::Reused {
+            json: self.json.identity.get(part.json.clone())?,
+            protobuf: self.protobuf.identity.get(part.protobuf.clone())?,
             group_list: match &part.group_list {
-                Some(r) => Some(Cow::Borrowed(self.group_list.identity.get(r.clone())?)),
+                Some(r) => Some(self.group_list.identity.get(r.clone())?),
                 None => None,
             },
         })
     }
 }
 
-/// Merges one planned group and encodes it in every form.
-fn encode<'a>(inputs: &[&SharedGroup]) -> Fragments<'a> {
-    let merged = peer_aggregated::merge_group_inputs(inputs.iter().map(|g| &***g));
-    let Some(g) = merged else {
-        return Fragments { json: Cow::Owned(b"{}".to_vec()), protobuf: Cow::Owned(vec![]), group_list: None };
-    };
-    let mut pb = Vec::new();
-    protobuf::group(&g, &mut pb);
-    Fragments { json: Cow::Owned(go_json(&*g)), protobuf: Cow::Owned(pb), group_list: group_list_entry(&g).map(Cow::Owned) }
-}
-
-/// Each list body is `head` + fragments joined by `,` + `tail`: the halves
-/// of the list encoded with no items, so the framing is exactly the
+/// Each list body is `head` + items joined by `,` + `tail`: the halves of
+/// the list encoded with no items, so the framing is exactly the
 /// serializer's own.
 type Framing = (Vec<u8>, Vec<u8>);
 
@@ -192,18 +217,30 @@ fn framing(empty: &[u8]) -> Framing {
     (head.to_vec(), tail)
 }
 
+/// One item of a JSON list body.
+enum Item<'a> {
+    Copy(&'a [u8]),
+    Json(&'a APIGroupDiscovery),
+    ListEntry(&'a APIGroupDiscovery),
+}
+
 /// `head` + items joined by `,` + `tail`, and where each item landed.
-fn join<'a>(head: &[u8], items: impl Iterator<Item = &'a [u8]> + Clone, tail: &[u8]) -> (Vec<u8>, Vec<Range<usize>>) {
-    let len = head.len() + tail.len() + items.clone().map(|i| i.len() + 1).sum::<usize>();
-    let mut out = Vec::with_capacity(len);
+/// `expected`: the size of the last such body, to allocate once.
+fn join<'a>((head, tail): &Framing, expected: usize, items: impl Iterator<Item = Item<'a>>) -> (Vec<u8>, Vec<Range<usize>>) {
+    let mut out = Vec::with_capacity(expected + expected / 8);
     let mut ranges = Vec::new();
     out.extend_from_slice(head);
     for (n, item) in items.enumerate() {
         if n > 0 {
             out.push(b',');
         }
-        ranges.push(out.len()..out.len() + item.len());
-        out.extend_from_slice(item);
+        let start = out.len();
+        match item {
+            Item::Copy(bytes) => out.extend_from_slice(bytes),
+            Item::Json(g) => go_json_into(&mut out, g),
+            Item::ListEntry(g) => write_group_list_entry(&mut out, g),
+        }
+        ranges.push(start..out.len());
     }
     out.extend_from_slice(tail);
     (out, ranges)
@@ -233,18 +270,20 @@ struct GroupVersionForDiscovery {
     version: String,
 }
 
-/// The group's entry in the unaggregated `APIGroupList`: versions in the
-/// merged preference order, the first one preferred. None for a group with
-/// no name or no versions (kube lists neither).
-fn group_list_entry(g: &APIGroupDiscovery) -> Option<Vec<u8>> {
-    if g.name().is_empty() {
-        return None;
-    }
+/// Whether the unaggregated `APIGroupList` lists the group: kube lists
+/// neither a group with no name nor one with no versions.
+fn listed(g: &APIGroupDiscovery) -> bool {
+    !g.name().is_empty() && !g.versions.is_empty()
+}
+
+/// The group's entry in the unaggregated `APIGroupList` (a [`listed`]
+/// group): versions in the merged preference order, the first preferred.
+fn write_group_list_entry(out: &mut Vec<u8>, g: &APIGroupDiscovery) {
     let versions: Vec<GroupVersionForDiscovery> = g
         .versions
         .iter()
         .map(|v| GroupVersionForDiscovery { group_version: format!("{}/{}", g.name(), v.version), version: v.version.to_string() })
         .collect();
-    let preferred_version = versions.first()?.clone();
-    Some(go_json(&GroupEntry { name: g.name(), versions, preferred_version }))
+    let preferred_version = versions.first().cloned().unwrap_or(GroupVersionForDiscovery { group_version: String::new(), version: String::new() });
+    go_json_into(out, &GroupEntry { name: g.name(), versions, preferred_version });
 }
