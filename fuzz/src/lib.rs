@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
-use mvp_ext_proc::discover::aggregated::{Root, from_aggregated};
+use mvp_ext_proc::discover::aggregated::{Root, RootView, from_aggregated};
 use mvp_ext_proc::merge::MergedDocument;
 use mvp_ext_proc::rewrite::{decide, exchange::Exchange, response};
 use mvp_protos::routing::v1 as pb;
@@ -27,16 +27,16 @@ pub fn fixture(release: &str, file: &str) -> Vec<u8> {
 /// The v1.30 and v1.37 servers' real `/apis`, merged (the document the
 /// ext_proc target serves).
 static MERGED: LazyLock<MergedDocument> = LazyLock::new(|| {
-    let mut servers = BTreeMap::new();
-    for r in ["v1.30", "v1.37"] {
-        let view = from_aggregated(Root::Groups, &fixture(r, "apis.json")).unwrap_or_else(|e| panic!("{r}: {e}"));
-        servers.insert(r.to_string(), view.groups);
-    }
-    MergedDocument::build(&servers)
+    let views: Vec<(&str, RootView)> = ["v1.30", "v1.37"]
+        .into_iter()
+        .map(|r| (r, from_aggregated(Root::Groups, &fixture(r, "apis.json"), None).unwrap_or_else(|e| panic!("{r}: {e}"))))
+        .collect();
+    let servers = views.iter().map(|(r, v)| (r.to_string(), v.groups.as_slice())).collect();
+    MergedDocument::build(&servers, None)
 });
 
-static V133: LazyLock<std::sync::Arc<Vec<mvp_ext_proc::apidiscovery::APIGroupDiscovery>>> =
-    LazyLock::new(|| from_aggregated(Root::Groups, &fixture("v1.33", "apis.json")).map(|v| v.groups).unwrap_or_else(|e| panic!("v1.33: {e}")));
+static V133: LazyLock<RootView> =
+    LazyLock::new(|| from_aggregated(Root::Groups, &fixture("v1.33", "apis.json"), None).unwrap_or_else(|e| panic!("v1.33: {e}")));
 
 /// Every address an override-host value names is one of `table`'s.
 fn names_only_members(value: Option<&str>, table: &pb::RoutingTable) {
@@ -89,14 +89,20 @@ pub fn subject(data: &[u8]) {
 }
 
 pub fn discovery_merge(data: &[u8]) {
-    let Ok(view) = from_aggregated(Root::Groups, data) else { return };
+    let Ok(view) = from_aggregated(Root::Groups, data, None) else { return };
     let mut servers = BTreeMap::new();
-    servers.insert("real".to_string(), V133.clone());
-    servers.insert("fuzzed".to_string(), view.groups);
-    let merged = MergedDocument::build(&servers);
+    servers.insert("real".to_string(), V133.groups.as_slice());
+    servers.insert("fuzzed".to_string(), view.groups.as_slice());
+    let merged = MergedDocument::build(&servers, None);
     // What we serve must be a document clients (and we) accept.
-    let again = from_aggregated(Root::Groups, &merged.json.identity);
+    let again = from_aggregated(Root::Groups, &merged.json.identity, None);
     assert!(again.is_ok(), "the merged document does not parse: {:?}", again.err());
+    // Built again from it, with the fuzzed server's groups read anew: the
+    // same bytes, whatever was reused.
+    let Ok(reread) = from_aggregated(Root::Groups, data, Some(&view)) else { return };
+    servers.insert("fuzzed".to_string(), reread.groups.as_slice());
+    let rebuilt = MergedDocument::build(&servers, Some(&merged));
+    assert!(rebuilt.json.identity == merged.json.identity && rebuilt.protobuf.identity == merged.protobuf.identity, "an incremental build differs");
 }
 
 pub fn ext_proc_message(data: &[u8]) {

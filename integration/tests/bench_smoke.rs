@@ -41,7 +41,15 @@ fn every_variant_produces_numbers() {
     assert!(r["propagation_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["ext_proc_rss_mib_3_apiservers_v1_37"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["wasm_vm_mib_per_worker_5000_gvr"].as_f64().unwrap() > 0.0);
-    assert_eq!(r["targets"].as_array().unwrap().len(), 12);
+    // Rebuilds: each kind of change measured in mvp-ext-proc and alone; one
+    // CRD added re-encodes that group only.
+    let rebuilds = crd["rebuilds"].as_object().unwrap();
+    assert_eq!(rebuilds.len(), 3, "{crd}");
+    for (k, v) in rebuilds {
+        assert!(v["build_ms"]["median"].as_f64().unwrap() > 0.0 && v["isolated_build_ms"]["median"].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+    assert_eq!(rebuilds["one CRD added"]["groups_encoded"]["max"].as_f64(), Some(1.0), "{crd}");
+    assert_eq!(r["targets"].as_array().unwrap().len(), 13);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);
     for n in ["(1)", "(2)", "(3)", "(4)", "(5)", "(6)"] {

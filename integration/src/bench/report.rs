@@ -61,7 +61,12 @@ pub fn finish(r: &mut Results) {
         ));
         if let Some(full) = c.rebuilds.get("every CRD group changed") {
             let ms = &full.build_ms;
-            targets.push((format!("{}-CRD merge ≤ 100 ms", c.groups), ms.median <= 100.0, format!("{:.1} ms ({:.1}–{:.1})", ms.median, ms.min, ms.max)));
+            let alone = &full.isolated_build_ms;
+            targets.push((
+                format!("{}-CRD merge ≤ 100 ms", c.groups),
+                ms.median <= 100.0,
+                format!("{:.1} ms ({:.1}–{:.1}) in mvp-ext-proc; {:.1} ms ({:.1}–{:.1}) alone", ms.median, ms.min, ms.max, alone.median, alone.min, alone.max),
+            ));
         }
     }
     if let (Some(p50), Some(p99)) = (r.memory.remove("propagation_p50_ms"), r.memory.remove("propagation_p99_ms")) {
@@ -140,8 +145,8 @@ pub fn render_table(r: &Results) -> String {
     out.push_str(&format!("| mvp-ext-proc RSS after the rebuilds below | {:.1} MiB |\n", c.ext_proc_rss_after_rebuilds_mib));
     for (what, b) in &c.rebuilds {
         out.push_str(&format!(
-            "| rebuild after \"{what}\": build ms, median (min–max) / groups encoded | {:.1} ({:.1}–{:.1}) / {:.0} |\n",
-            b.build_ms.median, b.build_ms.min, b.build_ms.max, b.groups_encoded.median
+            "| rebuild after \"{what}\": build ms in mvp-ext-proc, median (min–max) / alone, same documents / groups encoded | {:.1} ({:.1}–{:.1}) / {:.1} ({:.1}–{:.1}) / {:.0} |\n",
+            b.build_ms.median, b.build_ms.min, b.build_ms.max, b.isolated_build_ms.median, b.isolated_build_ms.min, b.isolated_build_ms.max, b.groups_encoded.median
         ));
     }
     out.push_str("\n| other | value |\n|---|---|\n");
