@@ -232,6 +232,10 @@ async fn two_envoys_share_one_mvp_ext_proc() {
         .await
         .unwrap();
     }
+    // The merged document is rebuilt off the sync loop, after the table that
+    // routes the new member: wait until it has been rebuilt with it.
+    let before = a.0.clone().unwrap_or_default();
+    door.topology.wait_table(&door.http, |t| t["discovery"]["etag"].as_str().is_some_and(|e| e != before)).await.unwrap();
     let (a, b) = (apis(door.listen_port).await, apis(other.ports.listen).await);
     assert_eq!(a, b, "the two front doors answer /apis differently after the join");
     let metrics = door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap();
