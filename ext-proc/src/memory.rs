@@ -5,10 +5,12 @@
 //! beside the previous document's) and then frees the old. glibc keeps freed
 //! memory rather than returning it; `malloc_trim` after each build returns
 //! what is free, and [`configure`] keeps large buffers out of the heap.
-//! With the 5.5 MB document (release): idle RSS ~46 MiB; after repeated
-//! changes of every CRD group it settles at ~77 MiB (the heap holds two
-//! views' worth while a change is parsed; freed pages with a live neighbour
-//! stay resident). BENCHMARKS.md has the benchmark's figures.
+//! With the 5.5 MB document (release): idle RSS ~40 MiB; ~41–44 MiB after
+//! repeated one-CRD changes (each group is shared or shrunk as it is
+//! parsed: `discover::aggregated`); after repeated changes of *every* CRD
+//! group it settles at ~62–67 MiB: the heap then holds two views' worth
+//! while the change is parsed, and freed pages with a live neighbour stay
+//! resident. BENCHMARKS.md has the benchmark's figures.
 
 /// Set once at start, before any thread exists. glibc's defaults suit
 /// short-lived programs, not a server that keeps a few multi-MiB documents
