@@ -114,6 +114,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
             "groups": m.groups,
             "groupsEncoded": m.groups_encoded,
             "buildSeconds": m.build_time.as_secs_f64(),
+            "buildCpuSeconds": m.build_cpu.as_secs_f64(),
             "bytes": m.json.identity.len(),
             "sources": m.sources,
         })),

@@ -34,6 +34,7 @@ pub mod routing_table;
 pub mod serve;
 pub mod status_page;
 pub mod sync;
+pub mod thread_cpu;
 pub mod tls;
 pub mod unchanged;
 pub mod xds;

@@ -67,6 +67,9 @@ pub struct MergedDocument {
     pub groups_encoded: usize,
     /// How long the build took (merge, encodings, gzip).
     pub build_time: std::time::Duration,
+    /// The CPU time it took (the build runs on one thread): less than
+    /// `build_time` by the time it waited for a core.
+    pub build_cpu: std::time::Duration,
     /// Per group name: what the next build may reuse.
     parts: HashMap<Str, Part>,
     /// Every part's inputs, one after another (one allocation, not one per
@@ -99,7 +102,7 @@ impl MergedDocument {
     /// `servers` in name order, each with its own groups; `previous`, the
     /// last build, whose unchanged groups are reused.
     pub fn build(servers: &BTreeMap<String, &[SharedGroup]>, previous: Option<&MergedDocument>) -> MergedDocument {
-        let started = std::time::Instant::now();
+        let (started, cpu_started) = (std::time::Instant::now(), crate::thread_cpu::now());
         let lists: Vec<&[SharedGroup]> = servers.values().copied().collect();
         let plan = peer_aggregated::plan(&lists);
         let mut groups_encoded = 0;
@@ -172,6 +175,7 @@ impl MergedDocument {
             parts,
             inputs,
             build_time: started.elapsed(),
+            build_cpu: crate::thread_cpu::now().saturating_sub(cpu_started),
         }
     }
 

@@ -181,6 +181,7 @@ pub(super) fn merger(merged: watch::Sender<Option<Arc<MergedDocument>>>, metrics
                 bytes = doc.json.identity.len(),
                 sources = ?doc.sources,
                 took = ?doc.build_time,
+                cpu = ?doc.build_cpu,
                 "peer-aggregated discovery rebuilt"
             );
             merged.send_replace(Some(doc));
