@@ -26,7 +26,8 @@ pub enum Counter {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gauge {
-    /// The table version the refresher published last.
+    /// The table version the refresher published last: also how workers
+    /// learn of it (`mvp_contract::shared_data`).
     TableVersion,
     /// A worker VM's linear memory after its last table load.
     VmMemoryBytes,
@@ -50,7 +51,7 @@ impl Gauge {
 
     pub fn name(self) -> &'static str {
         match self {
-            Gauge::TableVersion => "mvp.refresher.table_version",
+            Gauge::TableVersion => mvp_contract::shared_data::VERSION_GAUGE,
             Gauge::VmMemoryBytes => "mvp.router.vm_memory_bytes",
         }
     }
@@ -84,7 +85,9 @@ pub trait Host {
     fn call_response_body(&self, max: usize) -> Vec<u8>;
 
     fn count(&self, counter: Counter, n: i64);
-    fn set_gauge(&self, gauge: Gauge, value: u64);
+    fn set_gauge(&self, gauge: Gauge, value: u64) -> Result<(), HostError>;
+    /// The gauge's value, process-wide: whichever VM set it last.
+    fn gauge(&self, gauge: Gauge) -> Result<u64, HostError>;
     fn log(&self, level: LogLevel, msg: &str);
     fn vm_memory_bytes(&self) -> u64;
 }

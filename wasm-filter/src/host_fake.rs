@@ -1,5 +1,6 @@
 //! An in-memory [`Host`] for native tests: headers, shared data (one map, as
-//! Envoy shares it between all VMs of one vm_id), a call response, counters.
+//! Envoy shares it between all VMs of one vm_id), gauges (shared the same
+//! way: Envoy's stats are process-wide), a call response, counters.
 
 #![allow(clippy::unwrap_used)]
 
@@ -21,7 +22,13 @@ pub struct FakeHost {
     pub call_trailers: Vec<(String, Vec<u8>)>,
     pub call_body: Vec<u8>,
     pub counters: RefCell<HashMap<&'static str, i64>>,
-    pub gauges: RefCell<HashMap<&'static str, u64>>,
+    /// Process-wide in Envoy, so shared with siblings too.
+    pub gauges: Rc<RefCell<HashMap<&'static str, u64>>>,
+    /// Makes gauge reads fail (a host that cannot read them).
+    pub fail_gauge_reads: bool,
+    /// Gauges ignore writes and read 0, like the null gauge Envoy hands out
+    /// for a stat its stats configuration rejects.
+    pub null_gauges: bool,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
     pub properties: RefCell<HashMap<String, Vec<u8>>>,
 }
@@ -29,7 +36,7 @@ pub struct FakeHost {
 impl FakeHost {
     /// Another VM of the same vm_id: its own request, the same shared data.
     pub fn sibling(&self) -> FakeHost {
-        FakeHost { shared: self.shared.clone(), ..FakeHost::default() }
+        FakeHost { shared: self.shared.clone(), gauges: self.gauges.clone(), ..FakeHost::default() }
     }
 
     pub fn with_path(self, path: &str) -> FakeHost {
@@ -45,7 +52,7 @@ impl FakeHost {
         self.counters.borrow().get(c.name()).copied().unwrap_or(0)
     }
 
-    pub fn gauge(&self, g: Gauge) -> u64 {
+    pub fn gauge_value(&self, g: Gauge) -> u64 {
         self.gauges.borrow().get(g.name()).copied().unwrap_or(0)
     }
 }
@@ -104,8 +111,18 @@ impl Host for FakeHost {
         *self.counters.borrow_mut().entry(counter.name()).or_default() += n;
     }
 
-    fn set_gauge(&self, gauge: Gauge, value: u64) {
-        self.gauges.borrow_mut().insert(gauge.name(), value);
+    fn set_gauge(&self, gauge: Gauge, value: u64) -> Result<(), HostError> {
+        if !self.null_gauges {
+            self.gauges.borrow_mut().insert(gauge.name(), value);
+        }
+        Ok(())
+    }
+
+    fn gauge(&self, gauge: Gauge) -> Result<u64, HostError> {
+        if self.fail_gauge_reads {
+            return Err(HostError(1));
+        }
+        Ok(self.gauge_value(gauge))
     }
 
     fn log(&self, level: LogLevel, msg: &str) {

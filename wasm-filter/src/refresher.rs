@@ -10,7 +10,7 @@ use std::time::Duration;
 use mvp_contract::plugin::RefresherConfig;
 
 use crate::get_table;
-use crate::host::{Counter, Gauge, Host, LogLevel};
+use crate::host::{Counter, Host, LogLevel};
 use crate::shared_table;
 
 pub struct Refresher {
@@ -84,7 +84,6 @@ impl Refresher {
             Ok(Some(t)) => match shared_table::publish(host, &t) {
                 Ok(()) => {
                     self.known_version = t.version;
-                    host.set_gauge(Gauge::TableVersion, t.version);
                     host.log(LogLevel::Info, &format!("mvp refresher: published routing table {:016x}", t.version));
                 }
                 Err(e) => {

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
+use crate::host::Gauge;
 use crate::host_fake::FakeHost;
 use crate::shared_table::{Load, WorkerTable};
 use mvp_routing::testing::sample;
@@ -30,7 +31,7 @@ fn publishes_a_new_table_and_asks_with_its_version() {
     r.dispatched(&host, Ok(()));
     assert!(r.next_call().is_none(), "one call in flight at a time");
     r.on_response(&host);
-    assert_eq!(host.gauge(Gauge::TableVersion), 7);
+    assert_eq!(host.gauge_value(Gauge::TableVersion), 7);
 
     let worker = host.sibling();
     let table = WorkerTable::default();
@@ -60,5 +61,5 @@ fn failures_are_counted_and_change_nothing() {
     current.fail_shared_writes = Some(2);
     r.on_response(&current);
     assert_eq!(current.counter(Counter::RefresherErrors), 1);
-    assert_eq!(current.gauge(Gauge::TableVersion), 0);
+    assert_eq!(current.gauge_value(Gauge::TableVersion), 0);
 }

@@ -96,8 +96,9 @@ impl Router {
             Load::Loaded => {
                 host.count(Counter::TableLoads, 1);
                 // The old table is dropped: this is the VM's high-water mark
-                // (linear memory never shrinks).
-                host.set_gauge(Gauge::VmMemoryBytes, host.vm_memory_bytes());
+                // (linear memory never shrinks). A failed write only leaves
+                // the gauge stale.
+                let _ = host.set_gauge(Gauge::VmMemoryBytes, host.vm_memory_bytes());
             }
             Load::Rejected(e) => {
                 host.count(Counter::TableErrors, 1);

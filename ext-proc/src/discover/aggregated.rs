@@ -45,7 +45,7 @@ pub struct RootView {
     pub capabilities: Capabilities,
     /// Shared with the [`super::ServerView`] built from it (one copy of a
     /// CRD-heavy list, not two), and each group with the next read's view
-    /// while it stays the same (see [`share_unchanged`]).
+    /// while it stays the same (see [`Unchanged`]).
     pub groups: Arc<Vec<SharedGroup>>,
 }
 
@@ -90,11 +90,31 @@ impl<'a> Unchanged<'a> {
     }
 }
 
-/// The groups of a new read, each replaced by the previous read's group of
-/// that name when equal (see [`Unchanged`]).
-pub fn share_unchanged(groups: Vec<APIGroupDiscovery>, previous: Option<&RootView>) -> Vec<SharedGroup> {
+/// The view of `groups` read from `root` some other way than one aggregated
+/// document (a server without aggregated discovery), sharing what did not
+/// change since `previous` exactly as [`from_aggregated`] does.
+pub fn view_of_groups(root: Root, groups: Vec<APIGroupDiscovery>, previous: Option<&RootView>) -> Result<RootView, DocumentError> {
     let unchanged = Unchanged::of(previous);
-    groups.into_iter().map(|g| unchanged.share(g)).collect()
+    let groups = groups.into_iter().map(|g| unchanged.share(g)).collect();
+    view(root, groups, &unchanged)
+}
+
+/// The view of groups already shared with the previous read: routing
+/// capabilities from each group, except that an unchanged group keeps the
+/// previous read's (the same `Arc`), and, for `/apis`, the groups.
+fn view(root: Root, groups: Vec<SharedGroup>, unchanged: &Unchanged) -> Result<RootView, DocumentError> {
+    let mut capabilities = Capabilities::default();
+    for g in &groups {
+        if let Some(versions) = unchanged.capabilities(g)
+            && let Entry::Vacant(e) = capabilities.groups.entry(g.name().to_string())
+        {
+            e.insert(versions.clone());
+            continue;
+        }
+        add_group(&mut capabilities, root, g)?;
+    }
+    let groups = if root == Root::Groups { groups } else { vec![] };
+    Ok(RootView { capabilities, groups: Arc::new(groups) })
 }
 
 /// An aggregated document served at `root`, validated; `previous`, the
@@ -119,18 +139,7 @@ pub fn from_aggregated(root: Root, body: &[u8], previous: Option<&RootView>) -> 
     if list.kind != AGGREGATED_KIND || !version_ok {
         return Err(DocumentError::WrongKind { kind: list.kind, api_version: list.api_version });
     }
-    let mut capabilities = Capabilities::default();
-    for g in &list.items {
-        if let Some(versions) = unchanged.capabilities(g)
-            && let Entry::Vacant(e) = capabilities.groups.entry(g.name().to_string())
-        {
-            e.insert(versions.clone());
-            continue;
-        }
-        add_group(&mut capabilities, root, g)?;
-    }
-    let groups = if root == Root::Groups { list.items } else { vec![] };
-    Ok(RootView { capabilities, groups: Arc::new(groups) })
+    view(root, list.items, &unchanged)
 }
 
 /// `APIGroupDiscoveryList` as [`from_aggregated`] reads it: the envelope's
@@ -314,6 +323,27 @@ mod tests {
         assert!(second.capabilities.groups["b.example.com"]["v1"].contains_key("bs2"));
         assert!(!second.capabilities.groups["b.example.com"]["v1"].contains_key("bs"));
         assert!(second.capabilities.groups["c.example.com"]["v1"]["cs"].contains("status"));
+    }
+
+    #[test]
+    fn groups_read_one_by_one_share_like_a_document() {
+        // A server without aggregated discovery: its groups come from one
+        // document per group-version, then share exactly as a document's.
+        let first = from_aggregated(Root::Groups, &document(&[crd("a.example.com", "as"), crd("b.example.com", "bs")]), None).unwrap();
+        let body = document(&[crd("a.example.com", "as"), crd("b.example.com", "bs2")]);
+        let list: crate::apidiscovery::APIGroupDiscoveryList = parse("list", &body).unwrap();
+        let second = view_of_groups(Root::Groups, list.items, Some(&first)).unwrap();
+        assert_eq!(second, from_aggregated(Root::Groups, &body, None).unwrap());
+        let group = |v: &RootView, n: &str| v.groups.iter().find(|g| g.name() == n).unwrap().clone();
+        let caps = |v: &RootView, n: &str| v.capabilities.groups[n].clone();
+        assert!(Arc::ptr_eq(&group(&first, "a.example.com"), &group(&second, "a.example.com")));
+        assert!(Arc::ptr_eq(&caps(&first, "a.example.com"), &caps(&second, "a.example.com")));
+        assert!(!Arc::ptr_eq(&caps(&first, "b.example.com"), &caps(&second, "b.example.com")));
+        // Core keeps no groups, only capabilities.
+        let core: crate::apidiscovery::APIGroupDiscoveryList = parse("list", &fixture("v1.37", "api.json")).unwrap();
+        let core = view_of_groups(Root::Core, core.items, None).unwrap();
+        assert!(core.groups.is_empty());
+        assert!(core.capabilities.groups[""]["v1"]["pods"].contains("status"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::aggregated::{DocumentError, Root, RootView, capabilities_of, check_segment, parse};
+use super::aggregated::{DocumentError, Root, RootView, check_segment, parse, view_of_groups};
 use super::{Discoverer, DiscoveryError, Fetched};
 use crate::apidiscovery::Str;
 use crate::apidiscovery::{APIGroupDiscovery, ObjectMeta};
@@ -199,10 +199,8 @@ impl Discoverer {
                 Fetched::NotModified => {}
             }
         }
-        let capabilities = capabilities_of(root, &groups).map_err(doc_err(path))?;
         let previous = self.probed.get(path).map(|p| p.view.clone());
-        let groups = if root == Root::Groups { super::aggregated::share_unchanged(groups, previous.as_deref()) } else { vec![] };
-        Ok(RootView { capabilities, groups: std::sync::Arc::new(groups) })
+        view_of_groups(root, groups, previous.as_deref()).map_err(doc_err(path))
     }
 }
 
@@ -210,6 +208,7 @@ impl Discoverer {
 mod tests {
     use super::*;
     use crate::apidiscovery::APIGroupDiscoveryList;
+    use crate::discover::aggregated::capabilities_of;
 
     use crate::testdata::fixture;
 

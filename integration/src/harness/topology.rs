@@ -14,9 +14,9 @@ use super::process::{arg, wait_for};
 use super::tools::wasm_file;
 use crate::pki::Pki;
 
-/// The refresher's gauge: the table version Envoy's workers now route by
-/// (workers check the version on every request).
-pub const PUBLISHED_VERSION_STAT: &str = "wasmcustom.mvp.refresher.table_version";
+/// The refresher's gauge: the table version Envoy's workers now route by,
+/// since workers read this very gauge on every request.
+pub use mvp_contract::shared_data::VERSION_STAT as PUBLISHED_VERSION_STAT;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Ports {
@@ -193,7 +193,7 @@ impl Topology {
 
     /// Waits until mvp-ext-proc's table satisfies `accept` and Envoy's
     /// refresher has published that very version to the workers. Workers
-    /// check the version key on every request, so from then on every
+    /// read this gauge on every request, so from then on every
     /// request is routed by that table.
     pub async fn wait_table_published(&self, http: &reqwest::Client, accept: impl Fn(&Value) -> bool) -> Result<()> {
         wait_for("the routing table to reach Envoy", Duration::from_secs(20), || async {

@@ -40,6 +40,7 @@ unsafe extern "C" {
     fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
+    fn proxy_get_metric(metric_id: u32, return_value: *mut u64) -> u32;
     fn proxy_http_call(upstream_data: *const u8, upstream_size: usize, headers_data: *const u8, headers_size: usize, body_data: *const u8, body_size: usize, trailers_data: *const u8, trailers_size: usize, timeout_ms: u32, return_token: *mut u32) -> u32;
 }
 
@@ -118,6 +119,11 @@ impl AbiHost {
         }
         h
     }
+
+    /// A gauge the host would not define is NotFound.
+    fn gauge_id(&self, gauge: Gauge) -> Result<u32, HostError> {
+        self.gauges.iter().zip(Gauge::ALL).find(|(_, g)| *g == gauge).and_then(|(id, _)| *id).ok_or(HostError(NOT_FOUND))
+    }
 }
 
 impl Host for AbiHost {
@@ -172,11 +178,16 @@ impl Host for AbiHost {
         }
     }
 
-    fn set_gauge(&self, gauge: Gauge, value: u64) {
-        let id = self.gauges.iter().zip(Gauge::ALL).find(|(_, g)| *g == gauge).and_then(|(id, _)| *id);
-        if let Some(id) = id {
-            let _ = unsafe { proxy_record_metric(id, value) };
-        }
+    fn set_gauge(&self, gauge: Gauge, value: u64) -> Result<(), HostError> {
+        let id = self.gauge_id(gauge)?;
+        status(unsafe { proxy_record_metric(id, value) })
+    }
+
+    fn gauge(&self, gauge: Gauge) -> Result<u64, HostError> {
+        let id = self.gauge_id(gauge)?;
+        let mut value = 0;
+        status(unsafe { proxy_get_metric(id, &mut value) })?;
+        Ok(value)
     }
 
     fn log(&self, level: LogLevel, msg: &str) {
