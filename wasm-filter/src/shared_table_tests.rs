@@ -12,6 +12,18 @@ fn new_table(t: &pb::RoutingTable) -> NewTable {
     NewTable { version: t.version, encoded: t.encode_to_vec() }
 }
 
+/// The sample table under another version.
+fn sample_version(version: u64) -> pb::RoutingTable {
+    pb::RoutingTable { version, ..sample() }
+}
+
+/// Publishes the sample as `version`; the worker loads exactly that.
+fn publish_and_load(refresher: &FakeHost, worker: &FakeHost, table: &WorkerTable, version: u64) {
+    publish(refresher, &new_table(&sample_version(version))).unwrap();
+    assert!(matches!(table.load_published(worker), Load::Loaded));
+    assert_eq!(table.current().version(), version);
+}
+
 #[test]
 fn a_worker_loads_what_the_refresher_published_once_per_version() {
     let refresher = FakeHost::default();
@@ -37,12 +49,7 @@ fn a_bad_table_keeps_the_last_good_one_and_is_read_once() {
     assert!(matches!(table.load_published(&worker), Load::Rejected(_)));
     assert_eq!(table.current().version(), 7);
     assert!(matches!(table.load_published(&worker), Load::Unchanged), "not decoded again on every request");
-
-    let mut next = sample();
-    next.version = 9;
-    publish(&refresher, &new_table(&next)).unwrap();
-    assert!(matches!(table.load_published(&worker), Load::Loaded));
-    assert_eq!(table.current().version(), 9);
+    publish_and_load(&refresher, &worker, &table, 9);
 }
 
 #[test]
@@ -66,9 +73,7 @@ fn a_table_newer_than_the_announcement_read_is_loaded_once() {
     publish(&refresher, &new_table(&sample())).unwrap();
     // The refresher writes version 9's table between this worker's gauge
     // read and its table read; the gauge still says 7.
-    let mut next = sample();
-    next.version = 9;
-    refresher.set_shared_data(TABLE_KEY, &next.encode_to_vec()).unwrap();
+    refresher.set_shared_data(TABLE_KEY, &sample_version(9).encode_to_vec()).unwrap();
     assert!(matches!(table.load_published(&worker), Load::Loaded));
     assert_eq!(table.current().version(), 9);
     refresher.set_gauge(Gauge::TableVersion, 9).unwrap();
@@ -84,15 +89,9 @@ fn without_a_usable_gauge_the_shared_data_version_announces() {
         let worker = FakeHost { fail_gauge_reads, null_gauges, ..refresher.sibling() };
         let table = WorkerTable::default();
         assert!(matches!(table.load_published(&worker), Load::Unchanged));
-        publish(&refresher, &new_table(&sample())).unwrap();
-        assert!(matches!(table.load_published(&worker), Load::Loaded));
-        assert_eq!(table.current().version(), 7);
+        publish_and_load(&refresher, &worker, &table, 7);
         assert!(matches!(table.load_published(&worker), Load::Unchanged));
-        let mut next = sample();
-        next.version = 9;
-        publish(&refresher, &new_table(&next)).unwrap();
-        assert!(matches!(table.load_published(&worker), Load::Loaded));
-        assert_eq!(table.current().version(), 9);
+        publish_and_load(&refresher, &worker, &table, 9);
     }
 }
 

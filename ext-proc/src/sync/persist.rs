@@ -1,11 +1,13 @@
 //! The state file (`--state-file`): every member's last known API set, so a
 //! member that is down when mvp-ext-proc (re)starts keeps routing its
 //! exclusive APIs to itself (a 503 Status) instead of losing them (another
-//! server's 404). Written whenever a view changes, atomically (temporary
-//! file, then rename); read once at start. An entry is used only for the
+//! server's 404). Written whenever a view changes, atomically and durably
+//! (temporary file, fsync, rename, fsync of the directory); read once at
+//! start. An entry is used only for the
 //! member of the same name and URL.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -65,9 +67,22 @@ impl Persisted {
         let file = StateFileRef { apiservers: members.into_iter().map(|(n, u, v)| (n, EntryRef { url: u, view: v })).collect() };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, bytes)
-            .and_then(|_| std::fs::rename(&tmp, &self.path))
-            .map_err(|e| format!("--state-file {}: cannot write: {e}", self.path.display()))
+        // The data reaches the disk before the rename makes it the state
+        // file: a crash or power loss leaves the old file or the new one,
+        // never a torn one.
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| format!("--state-file {}: cannot write: {e}", self.path.display()))?;
+        // And the rename itself once the directory is synced. Best effort:
+        // some filesystems refuse to sync a directory, and the file is whole
+        // either way.
+        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+        Ok(())
     }
 }
 
