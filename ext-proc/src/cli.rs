@@ -147,9 +147,11 @@ struct ServeArgs {
     /// every 10 s).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     lease_stale_after: Duration,
-    /// Address for the gRPC services Envoy calls (routing table, ext_proc for /apis).
-    #[arg(long, value_name = "ADDR:PORT")]
-    grpc_listen: SocketAddr,
+    /// Address for the gRPC services Envoy calls (routing table, ext_proc for
+    /// /apis, ADS): IP:PORT, or unix:/PATH for a Unix socket (an Envoy on the
+    /// same host or in the same pod). Repeat to serve on several.
+    #[arg(long, value_name = "ADDR:PORT|unix:/PATH", required = true)]
+    grpc_listen: Vec<crate::grpc_listen::GrpcListen>,
     /// Address for /metrics, /healthz, /readyz and /table.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -203,8 +205,9 @@ struct EnvoyConfigArgs {
     /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it.
     #[arg(long, value_name = "PATH")]
     wasm: String,
-    /// mvp-ext-proc's --grpc-listen address as Envoy reaches it (IP:PORT or HOST:PORT).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// mvp-ext-proc's --grpc-listen address as Envoy reaches it: IP:PORT,
+    /// HOST:PORT, or unix:/PATH.
+    #[arg(long, value_name = "HOST:PORT|unix:/PATH")]
     ext_proc: String,
     /// Envoy admin address.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod discover;
 pub mod envoy_config;
 pub mod explain;
+pub mod grpc_listen;
 pub mod membership;
 pub mod memory;
 pub mod merge;

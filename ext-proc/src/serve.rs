@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use crate::apiservers::{self, ApiserverSpec};
 use crate::discover::{DiscoveryOptions, Transport};
+use crate::grpc_listen::GrpcListen;
 use crate::metrics::Metrics;
 use crate::sync::{SyncOptions, Syncer, XdsPublisher};
 use crate::tls::PeerTls;
@@ -19,7 +20,8 @@ use crate::{admin, membership, publish, rewrite};
 
 pub struct ServeOptions {
     pub apiservers: Vec<ApiserverSpec>,
-    pub grpc_listen: SocketAddr,
+    /// One or more: the same services on each.
+    pub grpc_listen: Vec<GrpcListen>,
     pub metrics_listen: Option<SocketAddr>,
     pub refresh_interval: Duration,
     pub state_file: Option<PathBuf>,
@@ -89,9 +91,10 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         from: vec![],
     });
 
-    let grpc = tokio::net::TcpListener::bind(o.grpc_listen)
-        .await
-        .with_context(|| format!("--grpc-listen {}: cannot listen", o.grpc_listen))?;
+    let mut grpc = Vec::new();
+    for at in &o.grpc_listen {
+        grpc.push(at.bind().await?);
+    }
     let admin_listener = match o.metrics_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--metrics-listen {addr}: cannot listen"))?,
@@ -99,18 +102,18 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         None => None,
     };
     tracing::info!(
-        grpc = %o.grpc_listen,
+        grpc = %o.grpc_listen.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         metrics = ?o.metrics_listen,
         apiservers = ?o.apiservers.iter().map(|s| format!("{}={}", s.name, s.url)).collect::<Vec<_>>(),
         refresh_interval = ?o.refresh_interval,
         "mvp-ext-proc serving"
     );
 
-    let grpc_server = tonic::transport::Server::builder()
+    let grpc_router = tonic::transport::Server::builder()
         .add_service(ads.service())
         .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
-        .add_service(rewrite::server::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
-        .serve_with_incoming_shutdown(incoming(grpc), shutdown_signal());
+        .add_service(rewrite::server::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
+    let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), shutdown_signal())));
     let sync_task = tokio::spawn(syncer.run(members));
     let admin_task = admin_listener.map(|l| {
         let router = admin::router(metrics.clone(), published.clone());
@@ -183,18 +186,6 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.iter().for_each(|t| t.abort());
     }
-}
-
-/// Accepted connections with TCP_NODELAY: every ext_proc and GetTable
-/// message is small and latency-bound.
-fn incoming(l: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures::stream::unfold(l, |l| async move {
-        let r = l.accept().await.map(|(s, _)| {
-            let _ = s.set_nodelay(true);
-            s
-        });
-        Some((r, l))
-    })
 }
 
 async fn shutdown_signal() {

@@ -35,9 +35,16 @@ fn every_variant_produces_numbers() {
     let crd = &r["crd_heavy"];
     assert_eq!(crd["requests"].as_u64().unwrap(), 32);
     assert!(crd["under_load"]["p99_ms"].as_f64().unwrap() > 0.0 && crd["ext_proc_rss_mib"].as_f64().unwrap() > 0.0, "{crd}");
-    for k in ["apis_merged", "apis_passthrough"] {
-        assert!(r["discovery"][k]["p99_ms"].as_f64().unwrap() > 0.0);
+    for k in ["apis_merged", "apis_merged_unix", "apis_passthrough"] {
+        assert!(r["discovery"][k]["p99_ms"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(crd[k.replace("apis_", "")]["p99_ms"].as_f64().unwrap() > 0.0, "{k}");
     }
+    // Merging over TCP and over the Unix socket, each against the passthrough
+    // and against each other, per round.
+    for k in ["p50", "p99", "unix p50", "unix p99", "unix − tcp p50", "unix − tcp p99"] {
+        assert_eq!(r["discovery_added_ms"][k]["rounds"].as_array().map(Vec::len), Some(2), "{k}");
+    }
+    assert!(crd["unix_minus_tcp_p99_ms"]["rounds"].as_array().is_some_and(|a| a.len() == 2), "{crd}");
     assert!(r["propagation_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["ext_proc_rss_mib_3_apiservers_v1_37"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["wasm_vm_mib_per_worker_5000_gvr"].as_f64().unwrap() > 0.0);

@@ -136,6 +136,7 @@ fn envoy_config_rejects_bad_flags_with_clear_errors() {
         (vec!["--apiserver", "a=http://127.0.0.1:1", "--apiserver", "a=http://127.0.0.1:2", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "given twice"),
         (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "nope", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "--listen"),
         (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "nope"], "--ext-proc"),
+        (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "unix:grpc.sock"], "unix:/ABSOLUTE/PATH"),
     ] {
         let out = Command::new(ext_proc_bin().unwrap()).arg("envoy-config").args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -179,6 +180,33 @@ fn manifest_envoy_config_args(script: &str, apiservers: &[String], pki: &std::pa
         }
     }
     args
+}
+
+/// The value of `--NAME=VALUE` in a container's args (a list, or one script).
+fn container_flag(pod_spec: &Value, list: &str, container: &str, name: &str) -> String {
+    let c = pod_spec[list].as_array().unwrap().iter().find(|c| c["name"] == container).unwrap();
+    let text: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let prefix = format!("--{name}=");
+    let found: Vec<&str> = text.iter().flat_map(|a| a.split_whitespace()).filter_map(|t| t.strip_prefix(prefix.as_str())).collect();
+    assert_eq!(found.len(), 1, "{container}: --{name} in {text:?}");
+    found[0].to_string()
+}
+
+/// Envoy reaches mvp-ext-proc where it listens; a Unix socket's directory
+/// is one volume both containers mount.
+fn check_grpc_channel(form: &str, pod_spec: &Value) {
+    let listen = container_flag(pod_spec, "containers", "mvp-ext-proc", "grpc-listen");
+    let ext_proc = container_flag(pod_spec, "initContainers", "envoy-config", "ext-proc");
+    assert_eq!(listen, ext_proc, "{form}: Envoy's --ext-proc is not mvp-ext-proc's --grpc-listen");
+    if let Some(sock) = listen.strip_prefix("unix:") {
+        let dir = std::path::Path::new(sock).parent().unwrap().to_str().unwrap();
+        let volume = |container: &str| {
+            let c = pod_spec["containers"].as_array().unwrap().iter().find(|c| c["name"] == container).unwrap();
+            c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == dir).map(|m| m["name"].clone())
+        };
+        let v = volume("mvp-ext-proc");
+        assert!(v.is_some() && v == volume("envoy"), "{form}: {dir} is not one volume mounted by both containers");
+    }
 }
 
 /// The deployment forms in `deploy/` are accepted by a real kube-apiserver
@@ -248,6 +276,8 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
     let apiservers: Vec<String> = config_map["data"]["apiservers"].as_str().unwrap().lines().map(str::to_string).collect();
     let init_script = |pod_spec: &Value| pod_spec["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "envoy-config").unwrap()["args"][0].as_str().unwrap().to_string();
     let deployment = workload_docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    check_grpc_channel("kubeadm", &static_docs[0]["spec"]);
+    check_grpc_channel("workload", &deployment["spec"]["template"]["spec"]);
     for (form, script) in [("kubeadm", init_script(&static_docs[0]["spec"])), ("workload", init_script(&deployment["spec"]["template"]["spec"]))] {
         let args = manifest_envoy_config_args(&script, &apiservers, &pki);
         assert!(args.iter().filter(|a| a.starts_with("--apiserver=")).count() == 3, "{form}: {args:?}");

@@ -104,6 +104,32 @@ async fn merged_document_in_json_and_protobuf_with_etag() {
     }
 }
 
+/// Envoy beside mvp-ext-proc may reach it over a Unix socket
+/// (`--grpc-listen unix:PATH`, `--ext-proc unix:PATH`): the apiserver
+/// clusters (ADS), the routing table (GetTable) and the merged `/apis`
+/// (ext_proc) all come over it: it is the mvp-ext-proc cluster's one
+/// endpoint (mvp-ext-proc serves the TCP port too: `--grpc-listen` repeated).
+#[tokio::test]
+async fn envoy_reaches_mvp_ext_proc_over_a_unix_socket() {
+    let door = FrontDoor::start(&two(), Options { grpc_over_unix: true, ..Options::default() }).await.unwrap();
+    wait_merged(&door, 2).await;
+    let config = std::fs::read_to_string(&door.config_path).unwrap();
+    let config: Value = serde_yaml_ng::from_str(&config).unwrap();
+    let endpoints = &config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"];
+    let sock = door.dir.path().join("mvp-ext-proc.sock");
+    assert_eq!(endpoints, &json!([{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": sock.to_string_lossy()}}}}]}]));
+    // Routed by the table and the clusters that came over the socket.
+    for (path, want) in [("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", "v130"), ("/apis/lifecycle.k8s.io/v1alpha1/evictionrequests", "v137")] {
+        let (status, v) = door.get_json(&door.http, path).await.unwrap();
+        assert_eq!((status, integration::harness::served_by(&v)), (200, want), "{path}");
+    }
+    let resp = get(&door, V2_JSON, &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.bytes().await.unwrap() == golden("v1.30+v1.37.json"), "merged /apis over the Unix socket differs from the golden merge");
+    let served = door.envoy_stat("http.apiserver_front_door.ext_proc.streams_started").await.unwrap_or(0);
+    assert!(served >= 1, "no ext_proc stream was started");
+}
+
 /// `profile=nopeer` gets the answering apiserver's own document, untouched.
 #[tokio::test]
 async fn nopeer_gets_one_apiservers_own_document() {

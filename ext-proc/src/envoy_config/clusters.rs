@@ -15,13 +15,24 @@ fn protocol(options: Value) -> Value {
     })
 }
 
-pub fn ext_proc(host: &str, port: u16) -> Value {
+/// Where mvp-ext-proc listens, as Envoy reaches it.
+pub enum Address {
+    HostPort(String, u16),
+    /// A Unix socket path (`--grpc-listen unix:PATH`).
+    Pipe(String),
+}
+
+pub fn ext_proc(at: Address) -> Value {
+    let (kind, address) = match at {
+        Address::HostPort(host, port) => (if is_ip(&host) { "STATIC" } else { "STRICT_DNS" }, socket_address(&host, port)),
+        Address::Pipe(path) => ("STATIC", json!({"pipe": {"path": path}})),
+    };
     json!({
         "name": EXT_PROC_CLUSTER,
-        "type": if is_ip(host) { "STATIC" } else { "STRICT_DNS" },
+        "type": kind,
         "dns_lookup_family": "V4_PREFERRED",
         "connect_timeout": "1s",
-        "load_assignment": {"cluster_name": EXT_PROC_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket_address(host, port)}}]}]},
+        "load_assignment": {"cluster_name": EXT_PROC_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}]},
         "typed_extension_protocol_options": protocol(json!({"http2_protocol_options": {}})),
     })
 }

@@ -56,7 +56,7 @@ pub struct EnvoyConfigOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--ext-proc {0:?}: expected HOST:PORT")]
+    #[error("--ext-proc {0:?}: expected HOST:PORT or unix:/ABSOLUTE/PATH")]
     ExtProc(String),
     #[error(
         "--client-ca-file forwards client identities as requestheaders, which apiservers trust only from the front door's --proxy-client-cert-file"
@@ -83,6 +83,15 @@ fn split_host_port(s: &str) -> Option<(String, u16)> {
     Some((host.to_string(), port.parse().ok()?))
 }
 
+/// mvp-ext-proc as Envoy reaches it: a Unix socket (`pipe`) or a host and
+/// port.
+fn ext_proc_address(s: &str) -> Option<clusters::Address> {
+    if let Some(p) = s.strip_prefix(crate::grpc_listen::UNIX_PREFIX) {
+        return crate::grpc_listen::unix_path(p).ok().map(|_| clusters::Address::Pipe(p.to_string()));
+    }
+    split_host_port(s).map(|(host, port)| clusters::Address::HostPort(host, port))
+}
+
 fn path(p: &std::path::Path) -> String {
     p.to_string_lossy().into_owned()
 }
@@ -100,14 +109,14 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     if forwards_identity && o.peer_tls.as_ref().is_none_or(|p| p.client.is_none()) {
         return Err(ConfigError::IdentityNeedsProxyCert);
     }
-    let (ext_host, ext_port) = split_host_port(&o.ext_proc).ok_or_else(|| ConfigError::ExtProc(o.ext_proc.clone()))?;
+    let ext_proc_address = ext_proc_address(&o.ext_proc).ok_or_else(|| ConfigError::ExtProc(o.ext_proc.clone()))?;
     Ok(json!({
         "node": {"id": "mvp-envoy", "cluster": "mvp-envoy"},
         "admin": {"address": socket_address(&o.admin.ip().to_string(), o.admin.port())},
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
             "listeners": [listener::listener(o, forwards_identity)],
-            "clusters": [clusters::ext_proc(&ext_host, ext_port)],
+            "clusters": [clusters::ext_proc(ext_proc_address)],
         },
         // The apiserver clusters (CDS) and their members (EDS) from
         // mvp-ext-proc, state of the world on one ADS stream. Until the first
@@ -192,8 +201,27 @@ mod tests {
         assert!(render(&opts(&["a=https://127.0.0.1:1"])).is_err());
         assert!(render(&opts(&["a=https://127.0.0.1:1", "b=http://127.0.0.1:2"])).is_err());
         let mut o = opts(&["a=http://127.0.0.1:1"]);
-        o.ext_proc = "nonsense".into();
-        assert!(render(&o).is_err());
+        for bad in ["nonsense", "unix:relative.sock", "unix:"] {
+            o.ext_proc = bad.into();
+            assert!(render(&o).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reaches_ext_proc_over_tcp_or_a_unix_socket() {
+        let mut o = opts(&["a=http://127.0.0.1:1"]);
+        let cases = [
+            ("127.0.0.1:18000", "STATIC", json!({"socket_address": {"address": "127.0.0.1", "port_value": 18000}})),
+            ("mvp-ext-proc:18000", "STRICT_DNS", json!({"socket_address": {"address": "mvp-ext-proc", "port_value": 18000}})),
+            ("unix:/run/mvp/grpc.sock", "STATIC", json!({"pipe": {"path": "/run/mvp/grpc.sock"}})),
+        ];
+        for (ext_proc, kind, address) in cases {
+            o.ext_proc = ext_proc.into();
+            let v = render(&o).unwrap();
+            let cluster = &v["static_resources"]["clusters"][0];
+            assert_eq!(cluster["type"], kind, "{ext_proc}");
+            assert_eq!(cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"], address, "{ext_proc}");
+        }
     }
 
     #[test]

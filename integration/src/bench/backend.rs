@@ -50,6 +50,9 @@ impl Backend {
         topology.refresh_interval = refresh;
         // Routing alone is measured; an operator's access log is a choice.
         topology.access_log = false;
+        // Served on TCP and on a Unix socket; Envoys reach TCP unless
+        // rendered with [`Backend::render_over_unix`].
+        topology.grpc_unix = Some(dir.join("grpc.sock"));
         let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &topology.serve_args())?;
         let router_args =
             vec!["--listen".to_string(), format!("127.0.0.1:{router_port}"), "--table-from".into(), format!("127.0.0.1:{grpc}")];
@@ -70,12 +73,21 @@ impl Backend {
         let mut t = self.topology.clone();
         t.ports.listen = listen;
         t.ports.admin = admin;
+        t.grpc_unix = None;
         t
     }
 
-    /// The rendered production bootstrap for these upstreams.
+    /// The rendered production bootstrap for these upstreams, mvp-ext-proc
+    /// reached over TCP.
     pub fn render(&self, listen: u16, admin: u16) -> Result<Value> {
         Ok(serde_yaml_ng::from_str(&self.front(listen, admin).render_envoy_config()?)?)
+    }
+
+    /// The same, mvp-ext-proc reached over its Unix socket.
+    pub fn render_over_unix(&self, listen: u16, admin: u16) -> Result<Value> {
+        let mut t = self.front(listen, admin);
+        t.grpc_unix = self.topology.grpc_unix.clone();
+        Ok(serde_yaml_ng::from_str(&t.render_envoy_config()?)?)
     }
 
     /// Starts Envoy with `config`, pinned to core 0 unless `concurrency` > 1.

@@ -39,8 +39,15 @@ pub struct CrdHeavy {
     /// Added by merging at a moderate rate, per round (merged − passthrough).
     pub added_p50_ms: Spread,
     pub added_p99_ms: Spread,
+    /// The same with Envoy reaching mvp-ext-proc over its Unix socket.
+    pub added_unix_p50_ms: Spread,
+    pub added_unix_p99_ms: Spread,
+    /// Unix-socket door − TCP door, per round.
+    pub unix_minus_tcp_p50_ms: Spread,
+    pub unix_minus_tcp_p99_ms: Spread,
     pub passthrough: Latency,
     pub merged: Latency,
+    pub merged_unix: Latency,
     pub ext_proc_rss_mib: f64,
     pub envoy_rss_mib: f64,
     /// mvp-ext-proc's own build time of the merged document (`/table`
@@ -91,9 +98,10 @@ pub(super) async fn real_discovery(
     Ok(measured)
 }
 
-/// `/apis` through two Envoys on `backend`, one with ext_proc off for it
-/// (the answering apiserver's own document) and one merging, measured in
-/// alternating rounds: pooled latencies, and the per-round added p50/p99.
+/// `/apis` through three Envoys on `backend`: one with ext_proc off for it
+/// (the answering apiserver's own document), one merging over TCP and one
+/// merging over mvp-ext-proc's Unix socket; measured in rotated rounds: pooled latencies, and the per-round added p50/p99 of each
+/// merging door over the passthrough.
 async fn merged_vs_passthrough(
     backend: &Backend,
     http: &reqwest::Client,
@@ -102,10 +110,14 @@ async fn merged_vs_passthrough(
 ) -> Result<(BTreeMap<String, Latency>, BTreeMap<String, Spread>)> {
     let accept = ("accept", mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE);
     let mut doors = Vec::new();
-    for (name, merged) in [("apis_passthrough", false), ("apis_merged", true)] {
+    let kinds = [("apis_passthrough", Door::Passthrough), ("apis_merged", Door::Merged), ("apis_merged_unix", Door::MergedOverUnix)];
+    for (name, door) in kinds {
         let (listen, admin) = two_ports();
-        let mut config = backend.render(listen, admin)?;
-        if !merged {
+        let mut config = match door {
+            Door::MergedOverUnix => backend.render_over_unix(listen, admin)?,
+            _ => backend.render(listen, admin)?,
+        };
+        if door == Door::Passthrough {
             variants::disable_ext_proc_on_apis(&mut config);
         }
         let envoy = backend.envoy(&format!("{name}-{label}"), &config, listen, admin, 1, true).await?;
@@ -131,14 +143,36 @@ async fn merged_vs_passthrough(
     }
     let mut latency = BTreeMap::new();
     let mut added = BTreeMap::new();
-    if let [(_, _, _, pa, p50a, p99a), (_, _, _, ma, p50m, p99m)] = doors.as_slice() {
+    if let Some(((_, _, _, pa, p50a, p99a), merging)) = doors.split_first() {
         let diff = |m: &[f64], p: &[f64]| Spread::of(&m.iter().zip(p).map(|(m, p)| m - p).collect::<Vec<_>>());
-        added.insert("p50".to_string(), diff(p50m, p50a));
-        added.insert("p99".to_string(), diff(p99m, p99a));
         latency.insert("apis_passthrough".to_string(), Latency::of(pa));
-        latency.insert("apis_merged".to_string(), Latency::of(ma));
+        for (name, _, _, all, p50, p99) in merging {
+            // "p50" / "p99" for the TCP door (the names results.json had),
+            // "unix p50" / "unix p99" for the Unix socket's.
+            let prefix = name.strip_prefix("apis_merged").unwrap_or(name).trim_start_matches('_');
+            let key = |p: &str| if prefix.is_empty() { p.to_string() } else { format!("{prefix} {p}") };
+            added.insert(key("p50"), diff(p50, p50a));
+            added.insert(key("p99"), diff(p99, p99a));
+            latency.insert(name.to_string(), Latency::of(all));
+        }
+        // The socket's own effect, per round: Unix-socket door − TCP door.
+        if let [(_, _, _, _, p50t, p99t), (_, _, _, _, p50u, p99u)] = merging {
+            added.insert(UNIX_MINUS_TCP_P50.into(), diff(p50u, p50t));
+            added.insert(UNIX_MINUS_TCP_P99.into(), diff(p99u, p99t));
+        }
     }
     Ok((latency, added))
+}
+
+/// Keys of the per-round difference between the two merging doors.
+pub const UNIX_MINUS_TCP_P50: &str = "unix − tcp p50";
+pub const UNIX_MINUS_TCP_P99: &str = "unix − tcp p99";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Door {
+    Passthrough,
+    Merged,
+    MergedOverUnix,
 }
 
 /// One apiserver serving a CRD-heavy document beside one serving v1.30's:
@@ -222,8 +256,13 @@ pub(super) async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Set
         ext_proc_cpu_ms_per_request: ext_proc_cpu_ms,
         added_p50_ms: added.get("p50").cloned().unwrap_or_default(),
         added_p99_ms: added.get("p99").cloned().unwrap_or_default(),
+        added_unix_p50_ms: added.get("unix p50").cloned().unwrap_or_default(),
+        added_unix_p99_ms: added.get("unix p99").cloned().unwrap_or_default(),
+        unix_minus_tcp_p50_ms: added.get(UNIX_MINUS_TCP_P50).cloned().unwrap_or_default(),
+        unix_minus_tcp_p99_ms: added.get(UNIX_MINUS_TCP_P99).cloned().unwrap_or_default(),
         passthrough: get("apis_passthrough"),
         merged: get("apis_merged"),
+        merged_unix: get("apis_merged_unix"),
         ext_proc_rss_mib: ext_proc_rss,
         envoy_rss_mib: envoy_rss,
         rebuilds,

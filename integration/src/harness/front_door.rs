@@ -42,6 +42,9 @@ pub struct Options {
     /// `--apiserver` seeds; the others are members only while the cluster's
     /// objects name them (all fakes are seeds otherwise).
     pub seeds: Option<usize>,
+    /// Envoy reaches mvp-ext-proc over a Unix socket in the work directory
+    /// (see [`Topology::grpc_unix`]).
+    pub grpc_over_unix: bool,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             dir: None,
             membership: None,
             seeds: None,
+            grpc_over_unix: false,
         }
     }
 }
@@ -164,6 +168,9 @@ impl FrontDoor {
         topology.state_file = Some(dir.path().join("mvp-ext-proc-state.json"));
         topology.tls = options.tls.clone();
         topology.serve_extra = options.ext_proc_args.clone();
+        if options.grpc_over_unix {
+            topology.grpc_unix = Some(dir.path().join("mvp-ext-proc.sock"));
+        }
         if let (Some(sources), Some(first)) = (options.membership, apiservers.first()) {
             // Read through the first seed, as any reachable apiserver.
             let kubeconfig = dir.path().join("membership.kubeconfig");

@@ -55,6 +55,10 @@ pub struct Topology {
     /// Envoy's access log (on, as rendered by default; the benchmark turns it
     /// off to measure routing alone).
     pub access_log: bool,
+    /// mvp-ext-proc also serves its gRPC on this Unix socket
+    /// (`--grpc-listen unix:PATH`, beside the TCP port), and Envoy reaches it
+    /// there (`--ext-proc unix:PATH`).
+    pub grpc_unix: Option<std::path::PathBuf>,
 }
 
 impl Topology {
@@ -68,6 +72,7 @@ impl Topology {
             tls: None,
             serve_extra: vec![],
             access_log: true,
+            grpc_unix: None,
         }
     }
 
@@ -100,6 +105,9 @@ impl Topology {
             "--refresh-interval".into(),
             format!("{}ms", self.refresh_interval.as_millis()),
         ]);
+        if let Some(p) = &self.grpc_unix {
+            args.extend(["--grpc-listen".into(), format!("unix:{}", arg(p))]);
+        }
         if let Some(f) = &self.state_file {
             args.extend(["--state-file".into(), arg(f)]);
         }
@@ -119,7 +127,10 @@ impl Topology {
             "--wasm".into(),
             arg(&wasm_file()?),
             "--ext-proc".into(),
-            format!("127.0.0.1:{}", self.ports.grpc),
+            match &self.grpc_unix {
+                Some(p) => format!("unix:{}", arg(p)),
+                None => format!("127.0.0.1:{}", self.ports.grpc),
+            },
             "--table-poll-interval".into(),
             format!("{}ms", self.table_poll_interval.as_millis()),
             "--access-log".into(),

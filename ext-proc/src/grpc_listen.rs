@@ -1,0 +1,159 @@
+//! Where the gRPC services Envoy calls listen: `IP:PORT` (TCP, with
+//! TCP_NODELAY) or `unix:PATH` (a Unix domain socket, for an Envoy on the
+//! same host or in the same pod through a shared `emptyDir`).
+//!
+//! `--grpc-listen` may be given more than once: the same services on every
+//! address (e.g. a Unix socket for the Envoy beside mvp-ext-proc and TCP for
+//! a debugging client). `mvp-ext-proc envoy-config --ext-proc` takes the same
+//! two forms and renders a `pipe` address for `unix:PATH`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::Context;
+
+/// The prefix that marks a Unix socket path in `--grpc-listen` and
+/// `--ext-proc`.
+pub const UNIX_PREFIX: &str = "unix:";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GrpcListen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl FromStr for GrpcListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix(UNIX_PREFIX) {
+            return unix_path(path).map(|p| GrpcListen::Unix(p.to_path_buf()));
+        }
+        s.parse().map(GrpcListen::Tcp).map_err(|_| format!("{s:?}: expected IP:PORT or {UNIX_PREFIX}/ABSOLUTE/PATH"))
+    }
+}
+
+/// An absolute path that fits `sockaddr_un` (108 bytes with the NUL):
+/// a relative path would depend on each process's working directory, and a
+/// longer one fails only at bind time, in the other process.
+pub fn unix_path(path: &str) -> Result<&Path, String> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(format!("{UNIX_PREFIX}{path}: the socket path must be absolute"));
+    }
+    if path.len() > 107 {
+        return Err(format!("{UNIX_PREFIX}{path}: the socket path is longer than 107 bytes"));
+    }
+    Ok(p)
+}
+
+impl fmt::Display for GrpcListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GrpcListen::Tcp(a) => write!(f, "{a}"),
+            GrpcListen::Unix(p) => write!(f, "{UNIX_PREFIX}{}", p.display()),
+        }
+    }
+}
+
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl GrpcListen {
+    /// Binds the address. A Unix socket left behind by an earlier run is
+    /// replaced; any other file at the path is an error, never removed.
+    pub async fn bind(&self) -> anyhow::Result<Listener> {
+        let what = || format!("--grpc-listen {self}: cannot listen");
+        match self {
+            GrpcListen::Tcp(a) => Ok(Listener::Tcp(tokio::net::TcpListener::bind(a).await.with_context(what)?)),
+            GrpcListen::Unix(p) => {
+                use std::os::unix::fs::FileTypeExt;
+                match std::fs::symlink_metadata(p) {
+                    Ok(m) if m.file_type().is_socket() => std::fs::remove_file(p).with_context(what)?,
+                    Ok(_) => anyhow::bail!("--grpc-listen {self}: the path exists and is not a socket"),
+                    Err(_) => {}
+                }
+                Ok(Listener::Unix(tokio::net::UnixListener::bind(p).with_context(what)?))
+            }
+        }
+    }
+}
+
+impl Listener {
+    /// Serves `router` on this listener until `shutdown`.
+    pub async fn serve<F>(self, router: tonic::transport::server::Router, shutdown: F) -> Result<(), tonic::transport::Error>
+    where
+        F: Future<Output = ()>,
+    {
+        match self {
+            Listener::Tcp(l) => router.serve_with_incoming_shutdown(tcp_incoming(l), shutdown).await,
+            Listener::Unix(l) => router.serve_with_incoming_shutdown(unix_incoming(l), shutdown).await,
+        }
+    }
+}
+
+/// Accepted connections with TCP_NODELAY: every ext_proc and GetTable
+/// message is small and latency-bound.
+fn tcp_incoming(l: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(l, |l| async move {
+        let r = l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            s
+        });
+        Some((r, l))
+    })
+}
+
+fn unix_incoming(l: tokio::net::UnixListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::UnixStream>> {
+    futures::stream::unfold(l, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_forms_and_rejects_the_rest() {
+        let cases: &[(&str, Option<GrpcListen>)] = &[
+            ("127.0.0.1:18000", Some(GrpcListen::Tcp("127.0.0.1:18000".parse().unwrap()))),
+            ("[::1]:18000", Some(GrpcListen::Tcp("[::1]:18000".parse().unwrap()))),
+            ("unix:/run/mvp/grpc.sock", Some(GrpcListen::Unix("/run/mvp/grpc.sock".into()))),
+            ("unix:grpc.sock", None),
+            ("unix:", None),
+            ("localhost:18000", None),
+            ("18000", None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(input.parse::<GrpcListen>().ok(), *want, "{input}");
+        }
+        let long = format!("unix:/{}", "x".repeat(107));
+        assert!(long.parse::<GrpcListen>().unwrap_err().contains("longer than 107"));
+    }
+
+    #[test]
+    fn displays_as_parsed() {
+        for s in ["127.0.0.1:18000", "unix:/run/mvp/grpc.sock"] {
+            assert_eq!(s.parse::<GrpcListen>().unwrap().to_string(), s);
+        }
+    }
+
+    #[tokio::test]
+    async fn replaces_a_stale_socket_and_never_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("grpc.sock");
+        let at = GrpcListen::Unix(sock.clone());
+        drop(at.bind().await.unwrap());
+        assert!(sock.exists(), "the socket file outlives its listener");
+        drop(at.bind().await.expect("a stale socket is replaced"));
+
+        let file = dir.path().join("not-a-socket");
+        std::fs::write(&file, "keep").unwrap();
+        let err = GrpcListen::Unix(file.clone()).bind().await.err().unwrap().to_string();
+        assert!(err.contains("not a socket"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    }
+}
