@@ -15,7 +15,7 @@ use mvp_ext_proc::merge::MergedDocument;
 
 use super::backend::Backend;
 use super::load::{self, Latency, Spread};
-use super::{Settings, cpu_ticks, percentile, rotated, rss_mib, two_ports, variants};
+use super::{Settings, cpu_ticks, percentile, round_order, rss_mib, two_ports, variants};
 use crate::harness::fixtures_dir;
 
 /// The CRD-heavy `/apis` case.
@@ -100,7 +100,7 @@ pub(super) async fn real_discovery(
 
 /// `/apis` through three Envoys on `backend`: one with ext_proc off for it
 /// (the answering apiserver's own document), one merging over TCP and one
-/// merging over mvp-ext-proc's Unix socket; measured in rotated rounds: pooled latencies, and the per-round added p50/p99 of each
+/// merging over mvp-ext-proc's Unix socket; measured in rounds of balanced order: pooled latencies, and the per-round added p50/p99 of each
 /// merging door over the passthrough.
 async fn merged_vs_passthrough(
     backend: &Backend,
@@ -133,7 +133,7 @@ async fn merged_vs_passthrough(
     // copying, not the merge.
     let rate = if label == "v1.37" { 100 } else { 10 };
     for round in 0..settings.rounds {
-        for i in rotated(doors.len(), round) {
+        for i in round_order(doors.len(), round) {
             let Some((_, _, url, all, p50, p99)) = doors.get_mut(i) else { continue };
             let samples = load::latency(url, 2, rate, settings.latency_duration, &[accept])?;
             p50.push(percentile(&samples, 50.0));

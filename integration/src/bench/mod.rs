@@ -4,7 +4,7 @@
 //! Envoy (`--concurrency 1`) and mvp-ext-proc are pinned to core 0; the load
 //! generator and the upstream to core 1. The machine is shared and noisy, so
 //! variants run interleaved in rounds (each round measures every variant once,
-//! in a rotated order) and a ratio is the median of its per-round ratios, with
+//! in a balanced order: [`order`]) and a ratio is the median of its per-round ratios, with
 //! their range. Throughput is wrk at fixed concurrency for a bounded time;
 //! latency is h2load at a fixed moderate rate; CPU per request is Envoy's (and,
 //! for the ext_proc variant, its ext_proc server's) CPU time from /proc over
@@ -14,6 +14,7 @@ pub mod api_set;
 mod backend;
 pub mod discovery;
 pub mod load;
+mod order;
 mod report;
 pub mod variants;
 
@@ -28,13 +29,14 @@ use crate::harness::{Proc, free_ports};
 use backend::{Backend, VM_MEMORY_STAT, wait_routed};
 use discovery::{CrdHeavy, crd_heavy, real_discovery};
 use load::{Latency, Spread, Throughput};
+use order::round_order;
 pub use report::{percentile, render_table};
 use variants::Variant;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub smoke: bool,
-    /// Rounds: every variant is measured once per round, in a rotated order,
+    /// Rounds: every variant is measured once per round, in a balanced order,
     /// so a burst of load from elsewhere on the machine hits one round of
     /// every variant rather than all runs of one.
     pub rounds: usize,
@@ -62,7 +64,9 @@ impl Settings {
     pub fn full() -> Settings {
         Settings {
             smoke: false,
-            rounds: 5,
+            // One full cycle of the balanced order for the six front-door
+            // variants (and two of it for the three /apis doors).
+            rounds: 6,
             duration: Duration::from_secs(5),
             latency_duration: Duration::from_secs(3),
             latency_workers: 4,
@@ -180,11 +184,6 @@ struct Door {
     latency: Vec<f64>,
 }
 
-/// Round `round`'s order: the list rotated, so no variant always runs first
-/// (right after an idle pause) or last.
-fn rotated(n: usize, round: usize) -> impl Iterator<Item = usize> {
-    (0..n).map(move |i| (i + round) % n.max(1))
-}
 
 /// Ratios of two variants' values, round by round.
 fn per_round(a: &[f64], b: &[f64]) -> Spread {
@@ -229,7 +228,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
     }
     for round in 0..if doors.is_empty() { 0 } else { settings.rounds } {
         eprintln!("round {}/{} (load average {})", round + 1, settings.rounds, load::load_average());
-        for i in rotated(doors.len(), round) {
+        for i in round_order(doors.len(), round) {
             let Some(d) = doors.get_mut(i) else { continue };
             let before: u64 = d.pids.iter().map(|p| cpu_ticks(*p)).sum();
             let (rps, requests) = load::wrk(&d.url, settings.duration)?;
@@ -238,7 +237,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
             d.requests += requests;
             d.cpu_us.push(ticks as f64 * 1e6 / load::clock_ticks() / requests.max(1) as f64);
         }
-        for i in rotated(doors.len(), round) {
+        for i in round_order(doors.len(), round) {
             let Some(d) = doors.get_mut(i) else { continue };
             let samples = load::latency(&d.url, settings.latency_workers, settings.latency_rate_per_worker, settings.latency_duration, &[])?;
             d.latency.extend(samples);
