@@ -64,8 +64,10 @@ pub enum Listener {
 }
 
 impl GrpcListen {
-    /// Binds the address. A Unix socket left behind by an earlier run is
-    /// replaced; any other file at the path is an error, never removed.
+    /// Binds the address. A Unix socket left behind by an earlier run (no
+    /// one accepts on it) is replaced; one that a running process serves is
+    /// "in use", as a TCP port would be; any other file at the path is an
+    /// error, never removed.
     pub async fn bind(&self) -> anyhow::Result<Listener> {
         let what = || format!("--grpc-listen {self}: cannot listen");
         match self {
@@ -73,13 +75,29 @@ impl GrpcListen {
             GrpcListen::Unix(p) => {
                 use std::os::unix::fs::FileTypeExt;
                 match std::fs::symlink_metadata(p) {
-                    Ok(m) if m.file_type().is_socket() => std::fs::remove_file(p).with_context(what)?,
+                    Ok(m) if m.file_type().is_socket() => {
+                        if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                            anyhow::bail!("--grpc-listen {self}: in use (another process accepts on this socket)");
+                        }
+                        std::fs::remove_file(p).with_context(what)?
+                    }
                     Ok(_) => anyhow::bail!("--grpc-listen {self}: the path exists and is not a socket"),
                     Err(_) => {}
                 }
                 Ok(Listener::Unix(tokio::net::UnixListener::bind(p).with_context(what)?))
             }
         }
+    }
+
+    /// The same address given twice would leave one listener unreachable
+    /// (a socket path) or fail late (a port): refused up front.
+    pub fn check_distinct(all: &[GrpcListen]) -> Result<(), String> {
+        for (i, a) in all.iter().enumerate() {
+            if all.iter().skip(i + 1).any(|b| b == a) {
+                return Err(format!("--grpc-listen {a} given twice"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -141,12 +159,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_same_address_twice_is_refused() {
+        let parse = |v: &[&str]| v.iter().map(|s| s.parse::<GrpcListen>().unwrap()).collect::<Vec<_>>();
+        assert!(GrpcListen::check_distinct(&parse(&["127.0.0.1:1", "unix:/a.sock"])).is_ok());
+        let err = GrpcListen::check_distinct(&parse(&["unix:/a.sock", "127.0.0.1:1", "unix:/a.sock"])).unwrap_err();
+        assert_eq!(err, "--grpc-listen unix:/a.sock given twice");
+    }
+
     #[tokio::test]
     async fn replaces_a_stale_socket_and_never_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("grpc.sock");
         let at = GrpcListen::Unix(sock.clone());
-        drop(at.bind().await.unwrap());
+        let serving = at.bind().await.unwrap();
+        let err = at.bind().await.err().expect("a served socket is in use").to_string();
+        assert!(err.contains("in use"), "{err}");
+        drop(serving);
         assert!(sock.exists(), "the socket file outlives its listener");
         drop(at.bind().await.expect("a stale socket is replaced"));
 

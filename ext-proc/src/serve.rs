@@ -41,6 +41,7 @@ pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
         apiservers::validate_set(&o.apiservers).map_err(anyhow::Error::msg)?;
         apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(anyhow::Error::msg)?;
     }
+    GrpcListen::check_distinct(&o.grpc_listen).map_err(anyhow::Error::msg)?;
     if o.refresh_interval.is_zero() {
         anyhow::bail!("--refresh-interval must be greater than 0");
     }

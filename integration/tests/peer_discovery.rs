@@ -111,7 +111,7 @@ async fn merged_document_in_json_and_protobuf_with_etag() {
 /// endpoint (mvp-ext-proc serves the TCP port too: `--grpc-listen` repeated).
 #[tokio::test]
 async fn envoy_reaches_mvp_ext_proc_over_a_unix_socket() {
-    let door = FrontDoor::start(&two(), Options { grpc_over_unix: true, ..Options::default() }).await.unwrap();
+    let mut door = FrontDoor::start(&two(), Options { grpc_over_unix: true, ..Options::default() }).await.unwrap();
     wait_merged(&door, 2).await;
     let config = std::fs::read_to_string(&door.config_path).unwrap();
     let config: Value = serde_yaml_ng::from_str(&config).unwrap();
@@ -128,6 +128,17 @@ async fn envoy_reaches_mvp_ext_proc_over_a_unix_socket() {
     assert!(resp.bytes().await.unwrap() == golden("v1.30+v1.37.json"), "merged /apis over the Unix socket differs from the golden merge");
     let served = door.envoy_stat("http.apiserver_front_door.ext_proc.streams_started").await.unwrap_or(0);
     assert!(served >= 1, "no ext_proc stream was started");
+
+    // Killed (SIGKILL leaves the socket file behind) and started again: the
+    // stale socket is replaced, and Envoy reconnects and merges again.
+    door.restart_ext_proc().await.unwrap();
+    let merged = integration::harness::wait_for("a merged /apis after the restart", Duration::from_secs(20), || async {
+        let resp = get(&door, V2_JSON, &[]).await;
+        let body = resp.bytes().await.ok()?;
+        (body == golden("v1.30+v1.37.json")).then_some(())
+    })
+    .await;
+    assert!(merged.is_ok(), "{merged:?}");
 }
 
 /// `profile=nopeer` gets the answering apiserver's own document, untouched.
