@@ -50,9 +50,10 @@ impl Backend {
         topology.refresh_interval = refresh;
         // Routing alone is measured; an operator's access log is a choice.
         topology.access_log = false;
-        // Served on TCP and on a Unix socket; Envoys reach TCP unless
-        // rendered with [`Backend::render_over_unix`].
-        topology.grpc_unix = Some(dir.join("grpc.sock"));
+        // Served on TCP and on a Unix socket (one per backend: several share
+        // `dir`); Envoys reach TCP unless rendered with
+        // [`Backend::render_over_unix`].
+        topology.grpc_unix = Some(dir.join(format!("grpc-{grpc}.sock")));
         let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &topology.serve_args())?;
         let router_args =
             vec!["--listen".to_string(), format!("127.0.0.1:{router_port}"), "--table-from".into(), format!("127.0.0.1:{grpc}")];
