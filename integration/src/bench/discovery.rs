@@ -100,8 +100,9 @@ pub(super) async fn real_discovery(
 
 /// `/apis` through three Envoys on `backend`: one with ext_proc off for it
 /// (the answering apiserver's own document), one merging over TCP and one
-/// merging over mvp-ext-proc's Unix socket; measured in rounds of balanced order: pooled latencies, and the per-round added p50/p99 of each
-/// merging door over the passthrough.
+/// merging over mvp-ext-proc's Unix socket; measured in rounds of balanced
+/// order: pooled latencies, the per-round added p50/p99 of each merging
+/// door over the passthrough, and of the socket door over the TCP one.
 async fn merged_vs_passthrough(
     backend: &Backend,
     http: &reqwest::Client,
