@@ -10,6 +10,8 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 
+use mvp_ext_proc::grpc_listen::UNIX_PREFIX;
+
 use super::process::{arg, wait_for};
 use super::tools::wasm_file;
 use crate::pki::Pki;
@@ -106,7 +108,7 @@ impl Topology {
             format!("{}ms", self.refresh_interval.as_millis()),
         ]);
         if let Some(p) = &self.grpc_unix {
-            args.extend(["--grpc-listen".into(), format!("unix:{}", arg(p))]);
+            args.extend(["--grpc-listen".into(), format!("{UNIX_PREFIX}{}", arg(p))]);
         }
         if let Some(f) = &self.state_file {
             args.extend(["--state-file".into(), arg(f)]);
@@ -128,7 +130,7 @@ impl Topology {
             arg(&wasm_file()?),
             "--ext-proc".into(),
             match &self.grpc_unix {
-                Some(p) => format!("unix:{}", arg(p)),
+                Some(p) => format!("{UNIX_PREFIX}{}", arg(p)),
                 None => format!("127.0.0.1:{}", self.ports.grpc),
             },
             "--table-poll-interval".into(),
