@@ -60,7 +60,29 @@ impl fmt::Display for GrpcListen {
 
 pub enum Listener {
     Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
+    Unix(tokio::net::UnixListener, BoundSocket),
+}
+
+/// The socket file this process created, identified by its inode so that a
+/// file someone else put at the path later is never removed.
+pub struct BoundSocket {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl BoundSocket {
+    /// Removes the socket file after a graceful stop: a stale file would
+    /// make Envoy's reconnects fail with "connection refused" instead of
+    /// "no such file", and tools that watch for the file would see a
+    /// server that is not there.
+    fn remove(&self) {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino)
+            && let Err(e) = std::fs::remove_file(&self.path)
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the gRPC socket");
+        }
+    }
 }
 
 impl GrpcListen {
@@ -84,7 +106,10 @@ impl GrpcListen {
                     Ok(_) => anyhow::bail!("--grpc-listen {self}: the path exists and is not a socket"),
                     Err(_) => {}
                 }
-                Ok(Listener::Unix(tokio::net::UnixListener::bind(p).with_context(what)?))
+                let l = tokio::net::UnixListener::bind(p).with_context(what)?;
+                use std::os::unix::fs::MetadataExt;
+                let ino = std::fs::symlink_metadata(p).with_context(what)?.ino();
+                Ok(Listener::Unix(l, BoundSocket { path: p.clone(), ino }))
             }
         }
     }
@@ -102,14 +127,19 @@ impl GrpcListen {
 }
 
 impl Listener {
-    /// Serves `router` on this listener until `shutdown`.
+    /// Serves `router` on this listener until `shutdown`; a Unix socket's
+    /// file is removed when it stops.
     pub async fn serve<F>(self, router: tonic::transport::server::Router, shutdown: F) -> Result<(), tonic::transport::Error>
     where
         F: Future<Output = ()>,
     {
         match self {
             Listener::Tcp(l) => router.serve_with_incoming_shutdown(tcp_incoming(l), shutdown).await,
-            Listener::Unix(l) => router.serve_with_incoming_shutdown(unix_incoming(l), shutdown).await,
+            Listener::Unix(l, bound) => {
+                let served = router.serve_with_incoming_shutdown(unix_incoming(l), shutdown).await;
+                bound.remove();
+                served
+            }
         }
     }
 }
@@ -178,6 +208,18 @@ mod tests {
         drop(serving);
         assert!(sock.exists(), "the socket file outlives its listener");
         drop(at.bind().await.expect("a stale socket is replaced"));
+
+        // Stopped gracefully, it removes its own socket file ...
+        let router = tonic::transport::Server::builder().add_routes(tonic::service::Routes::default());
+        at.bind().await.unwrap().serve(router.clone(), async {}).await.unwrap();
+        assert!(!sock.exists(), "removed after a graceful stop");
+        // ... but not one that replaced it meanwhile.
+        let first = at.bind().await.unwrap();
+        std::fs::remove_file(&sock).unwrap();
+        let second = at.bind().await.unwrap();
+        first.serve(router, async {}).await.unwrap();
+        assert!(sock.exists(), "another listener's socket is left alone");
+        drop(second);
 
         let file = dir.path().join("not-a-socket");
         std::fs::write(&file, "keep").unwrap();

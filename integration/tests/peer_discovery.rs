@@ -139,6 +139,17 @@ async fn envoy_reaches_mvp_ext_proc_over_a_unix_socket() {
     })
     .await;
     assert!(merged.is_ok(), "{merged:?}");
+
+    // Stopped gracefully (SIGTERM, as the kubelet stops a pod), it removes
+    // its socket.
+    door.ext_proc.signal("TERM");
+    let stopped = integration::harness::wait_for("mvp-ext-proc to stop on SIGTERM", Duration::from_secs(10), || {
+        let stopped = !door.ext_proc.is_running();
+        async move { stopped.then_some(()) }
+    })
+    .await;
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(!sock.exists(), "the socket file is left after a graceful stop");
 }
 
 /// `profile=nopeer` gets the answering apiserver's own document, untouched.
