@@ -14,16 +14,15 @@ use super::{self as ad, APIGroupDiscovery, APIGroupDiscoveryList};
 /// `"k8s\x00"` + `runtime.Unknown{typeMeta, raw}` as kube's protobuf
 /// serializer writes it, around the whole list.
 pub fn encode(list: &APIGroupDiscoveryList) -> Vec<u8> {
-    let items: Vec<Vec<u8>> = list.items.iter().map(|g| {
-        let mut out = Vec::new();
-        group(g, &mut out);
-        out
+    let mut lengths = Lengths::default();
+    let mut items = Vec::new();
+    let lens: Vec<usize> = list.items.iter().map(|g| {
+        let at = lengths.item(g, &mut items);
+        items.len() - at
     }).collect();
-    let mut out = Vec::new();
-    envelope(&items.iter().map(|i| i.len()).collect::<Vec<_>>(), &mut out);
-    for i in &items {
-        item(i, &mut out);
-    }
+    let mut out = Vec::with_capacity(items.len() + 128);
+    envelope(&lens, &mut out);
+    out.extend_from_slice(&items);
     envelope_end(&mut out);
     out
 }
@@ -35,8 +34,8 @@ pub fn encode(list: &APIGroupDiscoveryList) -> Vec<u8> {
 
 /// The envelope up to the list's items: magic, `typeMeta`, the head of
 /// `raw` (its length from `items`, the encoded length of each group) and
-/// the list's empty `metadata`. Each group follows as [`item`], then
-/// [`envelope_end`].
+/// the list's empty `metadata`. Each group follows ([`Lengths::item`], or
+/// [`item_head`] and bytes written so before), then [`envelope_end`].
 pub fn envelope(items: &[usize], out: &mut Vec<u8>) {
     let raw = nested_len(1, 0) + items.iter().map(|&n| nested_len(2, n)).sum::<usize>();
     out.extend_from_slice(b"k8s\x00");
@@ -47,20 +46,17 @@ pub fn envelope(items: &[usize], out: &mut Vec<u8>) {
     head(1, 0, out);
 }
 
-/// One group of the list, already encoded by [`group`].
-pub fn item(encoded: &[u8], out: &mut Vec<u8>) {
-    item_head(encoded.len(), out);
-    out.extend_from_slice(encoded);
+/// The most bytes [`envelope`] writes (the length of `raw` at its longest).
+pub fn envelope_max_len() -> usize {
+    let mut out = Vec::new();
+    envelope(&[], &mut out);
+    out.len() - encoded_len_varint(nested_len(1, 0) as u64) + encoded_len_varint(u64::MAX)
 }
 
-/// The tag and length of a group of the list, `len` its [`group_len`].
+/// The tag and length of a group of the list, `len` the length of its
+/// bytes.
 pub fn item_head(len: usize, out: &mut Vec<u8>) {
     head(2, len, out);
-}
-
-/// The length [`group`] writes.
-pub fn group_len(g: &APIGroupDiscovery) -> usize {
-    nested_len(1, str_len(1, &g.metadata.name)) + g.versions.iter().map(|v| nested_len(2, version_len(v))).sum::<usize>()
 }
 
 /// `contentEncoding` and `contentType`, both empty.
@@ -69,41 +65,113 @@ pub fn envelope_end(out: &mut Vec<u8>) {
     string(4, "", out);
 }
 
-/// One `APIGroupDiscovery`, without its own tag and length.
-pub fn group(g: &APIGroupDiscovery, out: &mut Vec<u8>) {
-    head(1, str_len(1, &g.metadata.name), out);
-    string(1, &g.metadata.name, out);
-    for v in &g.versions {
-        head(2, version_len(v), out);
-        string(1, &v.version, out);
-        for r in &v.resources {
-            head(2, resource_len(r), out);
-            resource(r, out);
+/// The lengths of a group's nested messages (each version, resource and
+/// subresource), measured in one pass, in the order they are written. Measuring each message where it is written would measure a
+/// subresource once per enclosing level (four times). Reused from group to
+/// group: short-lived allocations between the document's long-lived ones
+/// fragment the heap.
+#[derive(Default)]
+pub struct Lengths(Vec<usize>);
+
+impl Lengths {
+    /// Writes `g` as one item of the list — [`item_head`] and the group —
+    /// measured now; returns where the group's own bytes start in `out`.
+    pub fn item(&mut self, g: &APIGroupDiscovery, out: &mut Vec<u8>) -> usize {
+        self.0.clear();
+        let len = self.measure(g);
+        item_head(len, out);
+        let at = out.len();
+        self.writer().group(g, out);
+        at
+    }
+
+    /// Appends `g`'s nested lengths; returns the length of `g` itself (what
+    /// [`item_head`] needs).
+    fn measure(&mut self, g: &APIGroupDiscovery) -> usize {
+        let mut group = str_len(1, &g.metadata.name);
+        group = nested_len(1, group);
+        for v in &g.versions {
+            let version_at = self.slot();
+            let mut version = str_len(1, &v.version) + str_len(3, &v.freshness);
+            for r in &v.resources {
+                let resource_at = self.slot();
+                let mut resource = resource_fields_len(r);
+                for s in &r.subresources {
+                    let sub = subresource_len(s);
+                    self.0.push(sub);
+                    resource += nested_len(8, sub);
+                }
+                self.set(resource_at, resource);
+                version += nested_len(2, resource);
+            }
+            self.set(version_at, version);
+            group += nested_len(2, version);
         }
-        string(3, &v.freshness, out);
+        group
+    }
+
+    fn writer(&self) -> Writer<'_> {
+        Writer(self.0.iter())
+    }
+
+    fn slot(&mut self) -> usize {
+        self.0.push(0);
+        self.0.len() - 1
+    }
+
+    fn set(&mut self, at: usize, len: usize) {
+        if let Some(slot) = self.0.get_mut(at) {
+            *slot = len;
+        }
     }
 }
 
-fn resource(r: &ad::APIResourceDiscovery, out: &mut Vec<u8>) {
-    string(1, &r.resource, out);
-    if let Some(k) = &r.response_kind {
-        gvk(2, k, out);
+/// Writes a group with the lengths [`Lengths::measure`] found.
+struct Writer<'a>(std::slice::Iter<'a, usize>);
+
+impl Writer<'_> {
+    /// One `APIGroupDiscovery`, without its own tag and length.
+    fn group(&mut self, g: &APIGroupDiscovery, out: &mut Vec<u8>) {
+        head(1, str_len(1, &g.metadata.name), out);
+        string(1, &g.metadata.name, out);
+        for v in &g.versions {
+            head(2, self.next(), out);
+            string(1, &v.version, out);
+            for r in &v.resources {
+                head(2, self.next(), out);
+                self.resource(r, out);
+            }
+            string(3, &v.freshness, out);
+        }
     }
-    string(3, &r.scope, out);
-    string(4, &r.singular_resource, out);
-    strings(5, r.verbs.iter().flatten(), out);
-    strings(6, &r.short_names, out);
-    strings(7, &r.categories, out);
-    for s in &r.subresources {
-        head(8, subresource_len(s), out);
-        string(1, &s.subresource, out);
-        if let Some(k) = &s.response_kind {
+
+    fn resource(&mut self, r: &ad::APIResourceDiscovery, out: &mut Vec<u8>) {
+        string(1, &r.resource, out);
+        if let Some(k) = &r.response_kind {
             gvk(2, k, out);
         }
-        for k in &s.accepted_types {
-            gvk(3, k, out);
+        string(3, &r.scope, out);
+        string(4, &r.singular_resource, out);
+        strings(5, r.verbs.iter().flatten(), out);
+        strings(6, &r.short_names, out);
+        strings(7, &r.categories, out);
+        for s in &r.subresources {
+            head(8, self.next(), out);
+            string(1, &s.subresource, out);
+            if let Some(k) = &s.response_kind {
+                gvk(2, k, out);
+            }
+            for k in &s.accepted_types {
+                gvk(3, k, out);
+            }
+            strings(4, s.verbs.iter().flatten(), out);
         }
-        strings(4, s.verbs.iter().flatten(), out);
+    }
+
+    /// Measured and written in the same order (tested against prost on
+    /// every fixture), so there always is a next length.
+    fn next(&mut self) -> usize {
+        self.0.next().copied().unwrap_or_default()
     }
 }
 
@@ -114,11 +182,8 @@ fn gvk(tag: u32, k: &ad::GroupVersionKind, out: &mut Vec<u8>) {
     string(3, &k.kind, out);
 }
 
-fn version_len(v: &ad::APIVersionDiscovery) -> usize {
-    str_len(1, &v.version) + v.resources.iter().map(|r| nested_len(2, resource_len(r))).sum::<usize>() + str_len(3, &v.freshness)
-}
-
-fn resource_len(r: &ad::APIResourceDiscovery) -> usize {
+/// A resource's own fields, without its subresources.
+fn resource_fields_len(r: &ad::APIResourceDiscovery) -> usize {
     str_len(1, &r.resource)
         + r.response_kind.as_ref().map_or(0, |k| nested_len(2, gvk_len(k)))
         + str_len(3, &r.scope)
@@ -126,7 +191,6 @@ fn resource_len(r: &ad::APIResourceDiscovery) -> usize {
         + strings_len(5, r.verbs.iter().flatten())
         + strings_len(6, &r.short_names)
         + strings_len(7, &r.categories)
-        + r.subresources.iter().map(|s| nested_len(8, subresource_len(s))).sum::<usize>()
 }
 
 fn subresource_len(s: &ad::APISubresourceDiscovery) -> usize {

@@ -31,11 +31,19 @@ fn build(servers: &Servers, previous: Option<&MergedDocument>) -> MergedDocument
 }
 
 /// The merged groups, read back from the JSON body, and checked against
-/// the other forms: the protobuf body carries the same groups, the ETag is
-/// kube's formula over them.
+/// the other forms: the protobuf body is the same groups' encoding, the
+/// gzip forms unzip to the bodies, the ETag is kube's formula over them.
 fn items(doc: &MergedDocument) -> Vec<APIGroupDiscovery> {
     let list: APIGroupDiscoveryList = serde_json::from_slice(&doc.json.identity).unwrap();
     assert_eq!(protobuf::decode(&doc.protobuf.identity).unwrap().items, list.items);
+    assert!(doc.protobuf.identity == protobuf::encode(&list), "the protobuf body is the list's encoding, byte for byte");
+    for form in [&doc.json, &doc.protobuf, &doc.group_list] {
+        if let Some(gzip) = &form.gzip {
+            let mut plain = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gzip[..]), &mut plain).unwrap();
+            assert!(plain == form.identity, "a gzip form is its identity form compressed");
+        }
+    }
     assert_eq!(etag::etag(&list.items), doc.etag);
     assert_eq!(doc.groups, list.items.len());
     list.items
@@ -129,6 +137,33 @@ fn known_facts_of_the_three_release_merge() {
 /// A server's view reduced and reordered: groups, versions and resources
 /// dropped or rotated, as an older or differently configured apiserver
 /// would serve them.
+/// Above kube's gzip threshold every form has its gzip form, and a rebuild
+/// that reuses most groups writes the same bytes as one from scratch.
+#[test]
+fn large_documents_in_every_form() {
+    let crds: Vec<APIGroupDiscovery> = (0..40)
+        .flat_map(|i| {
+            fixture("v1.37").into_iter().filter(|g| !g.name().is_empty()).map(move |mut g| {
+                g.metadata.name = format!("{}.crd{i}.example.com", g.name()).into();
+                g
+            })
+        })
+        .collect();
+    let servers = shared(&BTreeMap::from([("big".to_string(), crds), ("v130".to_string(), fixture("v1.30"))]));
+    let first = build(&servers, None);
+    items(&first);
+    assert!(first.json.gzip.is_some() && first.protobuf.gzip.is_some() && first.group_list.gzip.is_some(), "{} bytes of protobuf, {} of the group list", first.protobuf.identity.len(), first.group_list.identity.len());
+    // One CRD group gone: every other group's bytes are reused.
+    let mut fewer = servers.clone();
+    fewer.get_mut("big").unwrap().remove(7);
+    let again = build(&fewer, Some(&first));
+    assert_eq!(again.groups_encoded, 0);
+    items(&again);
+    let fresh = build(&fewer, None);
+    assert!(again.protobuf.identity == fresh.protobuf.identity && again.json.identity == fresh.json.identity);
+    assert!(again.group_list.identity == fresh.group_list.identity && again.etag == fresh.etag);
+}
+
 fn reduce(items: &[APIGroupDiscovery], seed: &[u8]) -> Vec<APIGroupDiscovery> {
     let mut k = 0usize;
     let mut next = || {

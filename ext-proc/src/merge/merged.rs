@@ -6,7 +6,6 @@
 //! only the groups it touches. Every body is the concatenation of per-group
 //! fragments, exactly what encoding the whole list writes (tested).
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::ops::Range;
@@ -32,16 +31,23 @@ pub struct Encoded {
 
 impl Encoded {
     pub fn new(body: Vec<u8>) -> Encoded {
-        let gzip = (body.len() > GZIP_THRESHOLD).then(|| {
+        Encoded::from_tail(body, 0)
+    }
+
+    /// `body` from `start` on (what precedes it is unused room).
+    pub fn from_tail(body: Vec<u8>, start: usize) -> Encoded {
+        let identity = tight(body);
+        let identity = identity.slice(start.min(identity.len())..);
+        let gzip = (identity.len() > GZIP_THRESHOLD).then(|| {
             // Level 1, as kube-apiserver gzips responses
             // (`defaultGzipContentEncodingLevel`): a fraction of level 6's CPU
             // for a similar ratio (5.5 MB CRD-heavy /apis: see docs/discovery.md).
-            let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
+            let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(identity.len() / 4), flate2::Compression::fast());
             // Writing into a Vec cannot fail.
-            let _ = enc.write_all(&body);
+            let _ = enc.write_all(&identity);
             tight(enc.finish().unwrap_or_default())
         });
-        Encoded { identity: tight(body), gzip }
+        Encoded { identity, gzip }
     }
 }
 
@@ -88,89 +94,84 @@ struct Part {
     group_list: Option<Range<usize>>,
 }
 
-/// Where a group's encodings come from in the document being built.
-enum Source<'a> {
-    /// The previous document's bytes.
-    Reused { json: &'a [u8], protobuf: &'a [u8], group_list: Option<&'a [u8]> },
-    /// Merged now and encoded straight into the new bodies (no
-    /// intermediate buffers: short-lived allocations between the
-    /// document's long-lived ones would fragment the heap).
-    Fresh(Cow<'a, APIGroupDiscovery>),
+/// A group's encodings in the previous document, unchanged.
+struct Reused<'a> {
+    json: &'a [u8],
+    protobuf: &'a [u8],
+    group_list: Option<&'a [u8]>,
 }
 
 impl MergedDocument {
     /// `servers` in name order, each with its own groups; `previous`, the
     /// last build, whose unchanged groups are reused.
+    ///
+    /// One pass over the groups: each is merged (or found unchanged) and
+    /// written in all three forms while it is in the cache. A pass per form
+    /// fetched each of a CRD-heavy document's 3,000 groups from memory once
+    /// per form; one pass takes a quarter less CPU (BENCHMARKS.md).
     pub fn build(servers: &BTreeMap<String, &[SharedGroup]>, previous: Option<&MergedDocument>) -> MergedDocument {
         let (started, cpu_started) = (std::time::Instant::now(), crate::thread_cpu::now());
         let lists: Vec<&[SharedGroup]> = servers.values().copied().collect();
         let plan = peer_aggregated::plan(&lists);
+        let size = |f: fn(&MergedDocument) -> &Encoded| previous.map_or(0, |p| f(p).identity.len());
+        let mut json = ListBody::new(&JSON_LIST, size(|p| &p.json));
+        let mut group_list = ListBody::new(&GROUP_LIST, size(|p| &p.group_list));
+        // The protobuf envelope holds the length of everything after it, so
+        // the items are written first, after room for it.
+        let headroom = protobuf::envelope_max_len();
+        let mut pb = Vec::with_capacity(headroom + size(|p| &p.protobuf) * 9 / 8);
+        pb.resize(headroom, 0);
+        let mut lengths = protobuf::Lengths::default();
+        let mut item_lens = Vec::with_capacity(plan.len());
+        let mut parts = HashMap::with_capacity(plan.len());
+        let mut inputs = Vec::with_capacity(plan.iter().map(Vec::len).sum());
         let mut groups_encoded = 0;
-        let groups: Vec<(&[&SharedGroup], Source)> = plan
-            .iter()
-            .filter_map(|inputs| {
-                let source = match previous.and_then(|p| p.reuse(inputs)) {
-                    Some(reused) => reused,
-                    None => {
-                        groups_encoded += 1;
-                        Source::Fresh(peer_aggregated::merge_group_inputs(inputs.iter().map(|g| &***g))?)
-                    }
-                };
-                Some((inputs.as_slice(), source))
-            })
-            .collect();
-
-        let (json, json_ranges) = join(&JSON_LIST, previous.map_or(0, |p| p.json.identity.len()), groups.iter().map(|(_, s)| match s {
-            Source::Reused { json, .. } => Item::Copy(json),
-            Source::Fresh(g) => Item::Json(g),
-        }));
-        let (group_list, list_ranges) = join(&GROUP_LIST, previous.map_or(0, |p| p.group_list.identity.len()), groups.iter().filter_map(|(_, s)| match s {
-            Source::Reused { group_list, .. } => group_list.map(Item::Copy),
-            Source::Fresh(g) => listed(g).then_some(Item::ListEntry(g)),
-        }));
-        let lens: Vec<usize> = groups
-            .iter()
-            .map(|(_, s)| match s {
-                Source::Reused { protobuf, .. } => protobuf.len(),
-                Source::Fresh(g) => protobuf::group_len(g),
-            })
-            .collect();
-        let mut pb = Vec::with_capacity(lens.iter().map(|n| n + 6).sum::<usize>() + 128);
-        protobuf::envelope(&lens, &mut pb);
-        let mut parts = HashMap::with_capacity(groups.len());
-        let mut inputs = Vec::with_capacity(groups.iter().map(|(i, _)| i.len()).sum());
-        let mut list_ranges = list_ranges.into_iter();
-        for (((group_inputs, source), json), len) in groups.iter().zip(json_ranges).zip(lens) {
-            protobuf::item_head(len, &mut pb);
-            let at = pb.len();
-            let listed = match source {
-                Source::Reused { protobuf, group_list, .. } => {
-                    pb.extend_from_slice(protobuf);
-                    group_list.is_some()
+        for group_inputs in &plan {
+            let Some(first) = group_inputs.first() else { continue };
+            let (json_at, protobuf_at, list_at) = match previous.and_then(|p| p.reuse(group_inputs)) {
+                Some(Reused { json: j, protobuf: p, group_list: l }) => {
+                    protobuf::item_head(p.len(), &mut pb);
+                    let at = pb.len();
+                    pb.extend_from_slice(p);
+                    (json.item(|out| out.extend_from_slice(j)), at..pb.len(), l.map(|l| group_list.item(|out| out.extend_from_slice(l))))
                 }
-                Source::Fresh(g) => {
-                    protobuf::group(g, &mut pb);
-                    listed(g)
+                None => {
+                    let Some(g) = peer_aggregated::merge_group_inputs(group_inputs.iter().map(|g| &***g)) else { continue };
+                    groups_encoded += 1;
+                    let at = lengths.item(&g, &mut pb);
+                    let protobuf_at = at..pb.len();
+                    let list_at = listed(&g).then(|| group_list.item(|out| write_group_list_entry(out, &g)));
+                    (json.item(|out| go_json_into(out, &*g)), protobuf_at, list_at)
                 }
             };
-            let group_list = if listed { list_ranges.next() } else { None };
-            if let Some(first) = group_inputs.first() {
-                let from = inputs.len();
-                inputs.extend(group_inputs.iter().map(|g| Arc::clone(g)));
-                parts.insert(Str::from(first.name()), Part { inputs: from..inputs.len(), json, protobuf: at..pb.len(), group_list });
-            }
+            item_lens.push(protobuf_at.len());
+            let from = inputs.len();
+            inputs.extend(group_inputs.iter().map(|g| Arc::clone(g)));
+            parts.insert(Str::from(first.name()), Part { inputs: from..inputs.len(), json: json_at, protobuf: protobuf_at, group_list: list_at });
         }
+        let json = json.finish();
+        let group_list = group_list.finish();
         protobuf::envelope_end(&mut pb);
+        let mut envelope = Vec::with_capacity(headroom);
+        protobuf::envelope(&item_lens, &mut envelope);
+        // `envelope_max_len` bounds the envelope, so it always fits.
+        let start = headroom.saturating_sub(envelope.len());
+        if let Some(room) = pb.get_mut(start..headroom) {
+            room.copy_from_slice(&envelope);
+        }
+        for p in parts.values_mut() {
+            p.protobuf = p.protobuf.start - start..p.protobuf.end - start;
+        }
         // The prefix is written from the same constants `of_served_json`
         // strips, so it always applies (tested against kube's formula).
         let etag = etag::of_served_json(&json).unwrap_or_else(|| etag::quoted_sha512(&json));
         MergedDocument {
             etag,
             json: Encoded::new(json),
-            protobuf: Encoded::new(pb),
+            protobuf: Encoded::from_tail(pb, start),
             group_list: Encoded::new(group_list),
             sources: servers.keys().cloned().collect(),
-            groups: groups.len(),
+            groups: item_lens.len(),
             groups_encoded,
             parts,
             inputs,
@@ -180,14 +181,14 @@ impl MergedDocument {
     }
 
     /// This document's encodings of a group, if it merged exactly `inputs`.
-    fn reuse(&self, inputs: &[&SharedGroup]) -> Option<Source<'_>> {
+    fn reuse(&self, inputs: &[&SharedGroup]) -> Option<Reused<'_>> {
         let part = self.parts.get(inputs.first()?.name())?;
         let held = self.inputs.get(part.inputs.clone())?;
         let same = held.len() == inputs.len() && held.iter().zip(inputs).all(|(a, b)| Arc::ptr_eq(a, b));
         if !same {
             return None;
         }
-        Some(Source::Reused {
+        Some(Reused {
             json: self.json.identity.get(part.json.clone())?,
             protobuf: self.protobuf.identity.get(part.protobuf.clone())?,
             group_list: match &part.group_list {
@@ -221,33 +222,36 @@ fn framing(empty: &[u8]) -> Framing {
     (head.to_vec(), tail)
 }
 
-/// One item of a JSON list body.
-enum Item<'a> {
-    Copy(&'a [u8]),
-    Json(&'a APIGroupDiscovery),
-    ListEntry(&'a APIGroupDiscovery),
+/// A JSON list body being written: `head`, items joined by `,`, `tail`.
+struct ListBody {
+    out: Vec<u8>,
+    tail: &'static [u8],
+    items: usize,
 }
 
-/// `head` + items joined by `,` + `tail`, and where each item landed.
-/// `expected`: the size of the last such body, to allocate once.
-fn join<'a>((head, tail): &Framing, expected: usize, items: impl Iterator<Item = Item<'a>>) -> (Vec<u8>, Vec<Range<usize>>) {
-    let mut out = Vec::with_capacity(expected + expected / 8);
-    let mut ranges = Vec::new();
-    out.extend_from_slice(head);
-    for (n, item) in items.enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
-        let start = out.len();
-        match item {
-            Item::Copy(bytes) => out.extend_from_slice(bytes),
-            Item::Json(g) => go_json_into(&mut out, g),
-            Item::ListEntry(g) => write_group_list_entry(&mut out, g),
-        }
-        ranges.push(start..out.len());
+impl ListBody {
+    /// `expected`: the size of the last such body, to allocate once.
+    fn new((head, tail): &'static Framing, expected: usize) -> ListBody {
+        let mut out = Vec::with_capacity(expected + expected / 8);
+        out.extend_from_slice(head);
+        ListBody { out, tail, items: 0 }
     }
-    out.extend_from_slice(tail);
-    (out, ranges)
+
+    /// Appends an item; where it landed.
+    fn item(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Range<usize> {
+        if self.items > 0 {
+            self.out.push(b',');
+        }
+        self.items += 1;
+        let start = self.out.len();
+        write(&mut self.out);
+        start..self.out.len()
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.out.extend_from_slice(self.tail);
+        self.out
+    }
 }
 
 /// `metav1.APIGroupList` and its parts, in Go's field order.
