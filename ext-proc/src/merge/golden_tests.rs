@@ -134,9 +134,6 @@ fn known_facts_of_the_three_release_merge() {
     assert_eq!(protobuf::decode(&doc.protobuf.identity).unwrap().kind, "APIGroupDiscoveryList");
 }
 
-/// A server's view reduced and reordered: groups, versions and resources
-/// dropped or rotated, as an older or differently configured apiserver
-/// would serve them.
 /// Above kube's gzip threshold every form has its gzip form, and a rebuild
 /// that reuses most groups writes the same bytes as one from scratch.
 #[test]
@@ -164,6 +161,9 @@ fn large_documents_in_every_form() {
     assert!(again.group_list.identity == fresh.group_list.identity && again.etag == fresh.etag);
 }
 
+/// A server's view reduced and reordered: groups, versions and resources
+/// dropped or rotated, as an older or differently configured apiserver
+/// would serve them.
 fn reduce(items: &[APIGroupDiscovery], seed: &[u8]) -> Vec<APIGroupDiscovery> {
     let mut k = 0usize;
     let mut next = || {
