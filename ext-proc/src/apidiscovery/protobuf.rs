@@ -35,7 +35,8 @@ pub fn encode(list: &APIGroupDiscoveryList) -> Vec<u8> {
 /// The envelope up to the list's items: magic, `typeMeta`, the head of
 /// `raw` (its length from `items`, the encoded length of each group) and
 /// the list's empty `metadata`. Each group follows ([`Lengths::item`], or
-/// [`item_head`] and bytes written so before), then [`envelope_end`].
+/// [`item_head`] and the bytes an earlier build wrote), then
+/// [`envelope_end`].
 pub fn envelope(items: &[usize], out: &mut Vec<u8>) {
     let raw = nested_len(1, 0) + items.iter().map(|&n| nested_len(2, n)).sum::<usize>();
     out.extend_from_slice(b"k8s\x00");
@@ -66,10 +67,11 @@ pub fn envelope_end(out: &mut Vec<u8>) {
 }
 
 /// The lengths of a group's nested messages (each version, resource and
-/// subresource), measured in one pass, in the order they are written. Measuring each message where it is written would measure a
-/// subresource once per enclosing level (four times). Reused from group to
-/// group: short-lived allocations between the document's long-lived ones
-/// fragment the heap.
+/// subresource), measured in one pass, in the order they are written.
+/// Measuring each message where it is written would measure a subresource
+/// once per enclosing level (four times). Reused from group to group:
+/// short-lived allocations between the document's long-lived ones fragment
+/// the heap.
 #[derive(Default)]
 pub struct Lengths(Vec<usize>);
 
@@ -88,8 +90,7 @@ impl Lengths {
     /// Appends `g`'s nested lengths; returns the length of `g` itself (what
     /// [`item_head`] needs).
     fn measure(&mut self, g: &APIGroupDiscovery) -> usize {
-        let mut group = str_len(1, &g.metadata.name);
-        group = nested_len(1, group);
+        let mut group = nested_len(1, str_len(1, &g.metadata.name));
         for v in &g.versions {
             let version_at = self.slot();
             let mut version = str_len(1, &v.version) + str_len(3, &v.freshness);
@@ -355,6 +356,15 @@ mod tests {
         let mut out = b"k8s\x00".to_vec();
         unknown.encode(&mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn the_envelope_never_outgrows_its_room() {
+        for items in [vec![], vec![3], vec![5_500_000; 3000], vec![usize::MAX / 8]] {
+            let mut out = Vec::new();
+            envelope(&items, &mut out);
+            assert!(out.len() <= envelope_max_len(), "{} > {}", out.len(), envelope_max_len());
+        }
     }
 
     #[test]
