@@ -87,6 +87,11 @@ struct Args {
     /// this long, then the listener closes.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     shutdown_delay: std::time::Duration,
+    /// Once listening (and registered), write the bound address here, so a
+    /// harness waits on this fake itself rather than on any process that
+    /// accepts on the port (`--listen` port 0 picks a free one).
+    #[arg(long, value_name = "FILE")]
+    ready_file: Option<PathBuf>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -121,12 +126,18 @@ async fn main() -> anyhow::Result<()> {
         shutting_down: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
+    let listen = listener.local_addr().context("the bound address")?;
     let mut state = state;
     if let Some(dir) = &a.cluster_state {
-        state.cluster = Some(ClusterState::join(dir, &a.name, a.listen).with_context(|| format!("--cluster-state {}", dir.display()))?);
+        state.cluster = Some(ClusterState::join(dir, &a.name, listen).with_context(|| format!("--cluster-state {}", dir.display()))?);
     }
     tokio::spawn(graceful_shutdown(state.clone(), a.shutdown_delay));
-    tracing::info!(name = %a.name, release = %a.release, listen = %a.listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");
+    tracing::info!(name = %a.name, release = %a.release, %listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");
+    if let Some(path) = &a.ready_file {
+        // Renamed into place: a reader never sees a half-written address.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, listen.to_string()).and_then(|()| std::fs::rename(&tmp, path)).with_context(|| format!("--ready-file {}", path.display()))?;
+    }
     match (&a.tls_cert_file, &a.tls_private_key_file) {
         (Some(cert), Some(key)) => {
             let tls = TlsServing::new(cert, key, a.client_ca_file.as_deref(), a.requestheader_client_ca_file.as_deref())?;

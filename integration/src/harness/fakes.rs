@@ -1,13 +1,14 @@
 //! Fake apiservers in a test topology: what each serves and how it
 //! authenticates, as `fake-apiserver` flags.
 
-use std::time::Duration;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 
-use super::process::{Proc, arg};
+use super::process::{Proc, arg, wait_for};
 use super::tools::{fake_bin, fixtures_dir};
 
 #[derive(Clone, Debug)]
@@ -109,8 +110,25 @@ impl Fake {
     }
 }
 
-pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
+/// A fake apiserver process started but not yet known to listen.
+pub struct Starting {
+    spec: FakeSpec,
+    proc: Proc,
+    ready_file: PathBuf,
+}
+
+/// Starts a fake apiserver on `port` (0: one it picks itself, so no other
+/// process can take it between choosing and binding); [`Starting::ready`]
+/// waits until it listens.
+pub fn start_fake(dir: &Path, spec: FakeSpec, port: u16) -> Result<Starting> {
+    let ready_file = dir.join(format!("fake-{}.ready", spec.name));
+    match std::fs::remove_file(&ready_file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
     let mut args = vec![
+        "--ready-file".into(),
+        arg(&ready_file),
         "--name".into(),
         spec.name.clone(),
         "--release".into(),
@@ -163,10 +181,61 @@ pub fn start_fake(dir: &Path, spec: &FakeSpec, port: u16) -> Result<Proc> {
         args.push("--list-unserved-group-version".into());
         args.push(gv.clone());
     }
-    Proc::spawn(&format!("fake-{}", spec.name), dir, &fake_bin()?, &args)
+    let proc = Proc::spawn(&format!("fake-{}", spec.name), dir, &fake_bin()?, &args)?;
+    Ok(Starting { spec, proc, ready_file })
+}
+
+impl Starting {
+    /// Waits until the fake itself says it listens (its ready file names the
+    /// bound address) — not until anything accepts on the port, which another
+    /// process may hold. A fake that exits first fails at once with its log
+    /// (e.g. "Address already in use").
+    pub async fn ready(mut self) -> Result<Fake> {
+        let name = self.spec.name.clone();
+        let read = wait_for(&format!("fake apiserver {name} to listen"), Duration::from_secs(20), || {
+            let got = match std::fs::read_to_string(&self.ready_file) {
+                Ok(addr) => Some(addr.trim().parse::<SocketAddr>().map_err(|e| anyhow!("{}: {e}", self.ready_file.display()))),
+                Err(_) if !self.proc.is_running() => Some(Err(anyhow!("exited before listening"))),
+                Err(_) => None,
+            };
+            async move { got }
+        })
+        .await;
+        match read.and_then(|r| r) {
+            Ok(addr) => Ok(Fake { spec: self.spec, port: addr.port(), proc: self.proc }),
+            Err(e) => bail!("fake apiserver {name}: {e:#}\n----- {} -----\n{}", self.proc.name, self.proc.log_head(10)),
+        }
+    }
 }
 
 /// Which fake apiserver answered, from a resource response's body.
 pub fn served_by(v: &Value) -> &str {
     v["servedBy"]["server"].as_str().unwrap_or("<not served by a fake>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port another process listens on does not pass for the fake's: the
+    /// start fails with the fake's own error (a connect to the port would
+    /// have succeeded).
+    #[tokio::test]
+    async fn a_fake_whose_port_is_taken_fails_to_start_with_its_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let err = start_fake(dir.path(), FakeSpec::new("v130", "v1.30"), port).unwrap().ready().await.err().expect("started on a taken port");
+        assert!(format!("{err:#}").contains("Address already in use"), "{err:#}");
+    }
+
+    /// Port 0: the fake picks a free port and the harness learns it.
+    #[tokio::test]
+    async fn a_fake_on_port_zero_reports_the_port_it_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = start_fake(dir.path(), FakeSpec::new("v137", "v1.37"), 0).unwrap().ready().await.unwrap();
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let v: Value = http.get(format!("{}/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests", fake.url())).send().await.unwrap().json().await.unwrap();
+        assert_eq!(served_by(&v), "v137");
+    }
 }

@@ -134,26 +134,20 @@ impl FrontDoor {
 
     async fn start_once(specs: &[FakeSpec], options: Options) -> Result<FrontDoor> {
         let dir = Workdir::new(&options)?;
+        // Fakes pick their own ports unless fixed (the demo's).
         let (ports, fake_ports) = match &options.fixed_ports {
             Some((p, f)) => (*p, f.clone()),
-            None => (Ports::free(), free_ports(specs.len())),
+            None => (Ports::free(), vec![0; specs.len()]),
         };
-        let mut fakes = Vec::new();
+        let mut starting = Vec::new();
         for (spec, port) in specs.iter().zip(fake_ports) {
-            let spec = with_cluster_state(dir.path(), &options, spec.clone());
-            let proc = start_fake(dir.path(), &spec, port)?;
-            fakes.push(Fake { spec, port, proc });
+            starting.push(start_fake(dir.path(), with_cluster_state(dir.path(), &options, spec.clone()), port)?);
         }
-        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-        for f in &fakes {
-            let addr = f.address();
-            wait_for(&format!("fake apiserver {} to listen", f.spec.name), Duration::from_secs(10), || async {
-                tokio::net::TcpStream::connect(&addr).await.ok()
-            })
-            .await?;
+        let mut fakes = Vec::new();
+        for s in starting {
+            fakes.push(s.ready().await?);
         }
         let apiservers = fakes.iter().map(|f| (f.spec.name.clone(), f.url())).collect();
-        drop(http);
         FrontDoor::launch(dir, fakes, apiservers, ports, options).await
     }
 
@@ -252,32 +246,21 @@ impl FrontDoor {
         let dir = self.dir.path().to_path_buf();
         let fake = self.fake_mut(name);
         fake.proc.kill();
-        fake.proc = start_fake(&dir, &spec, fake.port)?;
-        fake.spec = spec;
-        let addr = fake.address();
-        wait_for("the restarted fake apiserver to listen", Duration::from_secs(10), || async {
-            tokio::net::TcpStream::connect(&addr).await.ok().map(|_| ())
-        })
-        .await
+        *fake = start_fake(&dir, spec, fake.port)?.ready().await?;
+        Ok(())
     }
 
     /// Starts another fake apiserver on a free port (sharing the membership
     /// directory when membership is live), waiting until it listens. It is
     /// not a seed: only a membership source can make it a member.
     pub async fn add_fake(&mut self, spec: FakeSpec) -> Result<&Fake> {
-        let port = free_ports(1).first().copied().context("no free port")?;
         let spec = if self.fakes.iter().any(|f| f.spec.cluster_state.is_some()) {
             FakeSpec { cluster_state: Some(self.dir.path().join("cluster")), ..spec }
         } else {
             spec
         };
-        let proc = start_fake(self.dir.path(), &spec, port)?;
-        let addr = format!("127.0.0.1:{port}");
-        wait_for("the added fake apiserver to listen", Duration::from_secs(10), || async {
-            tokio::net::TcpStream::connect(&addr).await.ok().map(|_| ())
-        })
-        .await?;
-        self.fakes.push(Fake { spec, port, proc });
+        let fake = start_fake(self.dir.path(), spec, 0)?.ready().await?;
+        self.fakes.push(fake);
         self.fakes.last().context("just added")
     }
 

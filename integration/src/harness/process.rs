@@ -90,6 +90,13 @@ impl Proc {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
+    /// The log's first lines: where a process that failed to start says why
+    /// (a backtrace may follow).
+    pub fn log_head(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines().take(lines).collect::<Vec<_>>().join("\n")
+    }
+
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
