@@ -14,6 +14,8 @@ use std::str::FromStr;
 
 use anyhow::Context;
 
+use crate::stopping::{DRAIN_LIMIT, Stopping};
+
 /// The prefix that marks a Unix socket path in `--grpc-listen` and
 /// `--ext-proc`.
 pub const UNIX_PREFIX: &str = "unix:";
@@ -127,19 +129,31 @@ impl GrpcListen {
 }
 
 impl Listener {
-    /// Serves `router` on this listener until `shutdown`; a Unix socket's
-    /// file is removed when it stops.
-    pub async fn serve<F>(self, router: tonic::transport::server::Router, shutdown: F) -> Result<(), tonic::transport::Error>
-    where
-        F: Future<Output = ()>,
-    {
-        match self {
-            Listener::Tcp(l) => router.serve_with_incoming_shutdown(tcp_incoming(l), shutdown).await,
+    /// Serves `router` on this listener until the stop, then lets open
+    /// streams finish for at most [`DRAIN_LIMIT`]; a Unix socket's file is
+    /// removed when it stops.
+    pub async fn serve(self, router: tonic::transport::server::Router, stopping: Stopping) -> Result<(), tonic::transport::Error> {
+        let (served, bound) = match self {
+            Listener::Tcp(l) => (drained(router.serve_with_incoming_shutdown(tcp_incoming(l), stopping.clone().stopped()), stopping).await, None),
             Listener::Unix(l, bound) => {
-                let served = router.serve_with_incoming_shutdown(unix_incoming(l), shutdown).await;
-                bound.remove();
-                served
+                (drained(router.serve_with_incoming_shutdown(unix_incoming(l), stopping.clone().stopped()), stopping).await, Some(bound))
             }
+        };
+        if let Some(b) = bound {
+            b.remove();
+        }
+        served
+    }
+}
+
+/// A graceful serve, cut off [`DRAIN_LIMIT`] after the stop: a client that
+/// holds a stream open must not keep the process from exiting.
+async fn drained(serve: impl Future<Output = Result<(), tonic::transport::Error>>, stopping: Stopping) -> Result<(), tonic::transport::Error> {
+    tokio::select! {
+        served = serve => served,
+        () = stopping.drain_expired() => {
+            tracing::warn!(limit = ?DRAIN_LIMIT, "gRPC streams still open after the drain limit: stopping anyway");
+            Ok(())
         }
     }
 }
@@ -211,13 +225,15 @@ mod tests {
 
         // Stopped gracefully, it removes its own socket file ...
         let router = tonic::transport::Server::builder().add_routes(tonic::service::Routes::default());
-        at.bind().await.unwrap().serve(router.clone(), async {}).await.unwrap();
+        let (stop, stopped) = crate::stopping::Stop::new();
+        stop.stop();
+        at.bind().await.unwrap().serve(router.clone(), stopped.clone()).await.unwrap();
         assert!(!sock.exists(), "removed after a graceful stop");
         // ... but not one that replaced it meanwhile.
         let first = at.bind().await.unwrap();
         std::fs::remove_file(&sock).unwrap();
         let second = at.bind().await.unwrap();
-        first.serve(router, async {}).await.unwrap();
+        first.serve(router, stopped).await.unwrap();
         assert!(sock.exists(), "another listener's socket is left alone");
         drop(second);
 

@@ -13,7 +13,8 @@
 //!   [`tls`] flags.
 //! - Operators: [`admin`] (`/` the [`status_page`], `/metrics`, `/healthz`,
 //!   `/readyz`, `/table`, `/debug/route` = [`explain`]) over [`metrics`].
-//! - [`cli`] turns flags into options; [`serve`] wires the processes.
+//! - [`cli`] turns flags into options; [`serve`] wires the processes;
+//!   [`stopping`] is their graceful stop.
 
 pub mod admin;
 pub mod apidiscovery;
@@ -34,6 +35,7 @@ pub mod rewrite;
 pub mod routing_table;
 pub mod serve;
 pub mod status_page;
+pub mod stopping;
 pub mod sync;
 pub mod thread_cpu;
 pub mod tls;

@@ -14,6 +14,7 @@ use crate::grpc_listen::GrpcListen;
 use crate::metrics::Metrics;
 use crate::sync::{SyncOptions, Syncer, XdsPublisher};
 use crate::tls::PeerTls;
+use crate::stopping::Stop;
 use crate::xds::{AdsServer, ClusterOptions, Snapshot};
 use crate::membership::kube::KubeOptions;
 use crate::{admin, membership, publish, rewrite};
@@ -83,7 +84,9 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         username_header: o.username_header.clone(),
     };
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::build(&cluster_options, &[]));
+    let (stop, stopping) = Stop::new();
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
+    let ads = ads.ending_streams_at(stopping.clone());
     let syncer = syncer.with_xds(XdsPublisher {
         options: cluster_options,
         tls_files: rotation.as_ref().map(|(r, _)| r.digest.clone()),
@@ -114,11 +117,13 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .add_service(ads.service())
         .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
         .add_service(rewrite::server::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
-    let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), shutdown_signal())));
+    tokio::spawn(stop.on_signal());
+    let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));
     let sync_task = tokio::spawn(syncer.run(members));
     let admin_task = admin_listener.map(|l| {
         let router = admin::router(metrics.clone(), published.clone());
-        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(shutdown_signal()).await })
+        let stopping = stopping.clone();
+        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(stopping.stopped()).await })
     });
     grpc_server.await.context("gRPC server failed")?;
     drop(members_tx);
@@ -189,13 +194,3 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}

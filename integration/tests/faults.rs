@@ -168,3 +168,45 @@ async fn routing_continues_while_mvp_ext_proc_is_killed() {
     eprintln!("mvp-ext-proc killed under load: {} requests: {}", tally.total(), tally.report());
     assert_eq!((tally.status_503.load(Ordering::Relaxed), tally.in_flight(), tally.other.lock().unwrap().len()), (0, 0, 0), "{}", tally.report());
 }
+
+/// mvp-ext-proc stopped gracefully (SIGTERM, as the kubelet stops a pod)
+/// while clients hold streams open: the ADS subscription — which never ends
+/// on its own, so a graceful stop once waited on Envoy for over 10 s — is
+/// ended by the server with UNAVAILABLE at once, and a client that holds
+/// any other stream open cannot keep the process from exiting: it is cut
+/// off after the drain limit, and the cut-off is logged.
+#[tokio::test]
+async fn a_graceful_stop_ends_ads_streams_and_bounds_the_drain() {
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
+    use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+    use futures::StreamExt;
+
+    let mut door = FrontDoor::start(&three()[..2], Options::default()).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", door.grpc_port)).unwrap().connect().await.unwrap();
+    let subscribe = DiscoveryRequest { type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(), ..Default::default() };
+    let mut ads = AggregatedDiscoveryServiceClient::new(channel.clone())
+        .stream_aggregated_resources(futures::stream::iter([subscribe]).chain(futures::stream::pending()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ads.message().await.unwrap().is_some_and(|r| !r.resources.is_empty()), "no clusters on the ADS stream");
+    // An ext_proc stream that never sends its request's headers.
+    let _held = ExternalProcessorClient::new(channel).process(futures::stream::pending::<ProcessingRequest>()).await.unwrap();
+
+    door.ext_proc.signal("TERM");
+    let ended = tokio::time::timeout(Duration::from_secs(20), ads.message()).await.expect("the ADS stream outlived the stop");
+    let status = ended.expect_err("the ADS stream ended without a status");
+    assert_eq!((status.code(), status.message()), (tonic::Code::Unavailable, "mvp-ext-proc is stopping"));
+    let log = door.ext_proc.log.clone();
+    wait_for("mvp-ext-proc to stop though a stream is held open", Duration::from_secs(30), || {
+        let stopped = !door.ext_proc.is_running();
+        async move { stopped.then_some(()) }
+    })
+    .await
+    .unwrap();
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("gRPC streams still open after the drain limit: stopping anyway"), "{log}");
+    assert!(log.contains("mvp-ext-proc stopped"), "{log}");
+}

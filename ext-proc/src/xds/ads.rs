@@ -31,6 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
 use crate::metrics::Metrics;
+use crate::stopping::Stopping;
 
 /// The endpoint addresses every connected Envoy has accepted. With no
 /// Envoy connected, nothing constrains (an Envoy that connects later loads
@@ -62,6 +63,9 @@ pub struct AdsServer {
     accepted: Arc<watch::Sender<Accepted>>,
     next_id: Arc<AtomicU64>,
     metrics: Arc<Metrics>,
+    /// Streams end at the stop (`UNAVAILABLE`): a graceful stop would
+    /// otherwise wait on Envoy, whose subscription never ends on its own.
+    stopping: Stopping,
 }
 
 impl AdsServer {
@@ -73,8 +77,14 @@ impl AdsServer {
             accepted: Arc::new(tx),
             next_id: Arc::new(AtomicU64::new(1)),
             metrics,
+            stopping: Stopping::never(),
         };
         (s, rx)
+    }
+
+    /// Ends every stream, open or opened later, at the stop.
+    pub fn ending_streams_at(self, stopping: Stopping) -> AdsServer {
+        AdsServer { stopping, ..self }
     }
 
     pub fn service(self) -> AggregatedDiscoveryServiceServer<AdsServer> {
@@ -240,6 +250,12 @@ impl AggregatedDiscoveryService for AdsServer {
                         }
                     },
                     changed = snapshots.changed() => changed.is_ok() && l.on_snapshot().await,
+                    () = l.server.stopping.clone().stopped() => {
+                        // Envoy keeps its clusters and reconnects. Not
+                        // awaited: a full queue must not hold the stop.
+                        let _ = l.out.try_send(Err(Status::unavailable("mvp-ext-proc is stopping")));
+                        false
+                    }
                 };
                 if !alive {
                     break;
