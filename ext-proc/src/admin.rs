@@ -3,20 +3,61 @@
 //! `/table` (the current table and each apiserver's state, for operators and
 //! tests).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use crate::discover::ServerView;
 use crate::metrics::Metrics;
 use crate::sync::Published;
+use mvp_protos::routing::v1 as pb;
 
 #[derive(Clone)]
 struct AdminState {
     metrics: Arc<Metrics>,
     published: Published,
+    counted: Arc<Counted>,
+}
+
+/// The sizes `/table` reports, each a walk over a CRD-heavy table or view
+/// (a millisecond or so): counted once per table version and per view, not
+/// per request — tests and benchmarks poll `/table` every 25 ms, and did so
+/// on the core a merge was running on.
+#[derive(Default)]
+struct Counted {
+    /// Table version → (resources, encoded bytes).
+    table: Mutex<Option<(u64, usize, usize)>>,
+    /// Views still in use → resources. A view's address identifies it while
+    /// its `Weak` can still be upgraded (no other view can have it then).
+    views: Mutex<Vec<(Weak<ServerView>, usize)>>,
+}
+
+impl Counted {
+    fn table(&self, t: &pb::RoutingTable) -> (usize, usize) {
+        let mut cached = self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *cached {
+            Some((version, resources, bytes)) if version == t.version => (resources, bytes),
+            _ => {
+                let (resources, bytes) = (crate::routing_table::resource_count(t), prost::Message::encoded_len(t));
+                *cached = Some((t.version, resources, bytes));
+                (resources, bytes)
+            }
+        }
+    }
+
+    fn view(&self, v: &Arc<ServerView>) -> usize {
+        let mut views = self.views.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        views.retain(|(w, _)| w.strong_count() > 0);
+        if let Some((_, n)) = views.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(v))) {
+            return *n;
+        }
+        let n = v.capabilities.resource_count();
+        views.push((Arc::downgrade(v), n));
+        n
+    }
 }
 
 pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
@@ -27,7 +68,7 @@ pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/table", get(table_handler))
         .route("/debug/route", get(debug_route))
-        .with_state(AdminState { metrics, published })
+        .with_state(AdminState { metrics, published, counted: Arc::default() })
 }
 
 async fn metrics_handler(State(s): State<AdminState>) -> Response {
@@ -98,16 +139,17 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 "pending": st.pending,
                 "departed": st.departed.is_some(),
                 "release": st.version,
-                "resources": st.view.as_ref().map(|v| v.capabilities.resource_count()),
+                "resources": st.view.as_ref().map(|v| s.counted.view(v)),
                 "openapiV3Keys": st.openapi.as_ref().filter(|o| o.v3_index.is_some()).map(|o| o.v3_keys().count()),
                 "lastError": st.last_error,
             })
         })
         .collect();
+    let (resources, bytes) = s.counted.table(&table);
     axum::Json(serde_json::json!({
         "version": table.version.to_string(),
-        "resources": crate::routing_table::resource_count(&table),
-        "bytes": prost::Message::encoded_len(&*table),
+        "resources": resources,
+        "bytes": bytes,
         "apiservers": apiservers,
         "discovery": merged.map(|m| serde_json::json!({
             "etag": m.etag,
@@ -126,4 +168,38 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
         },
     }))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::Capabilities;
+
+    fn view(resources: &[&str]) -> Arc<ServerView> {
+        let mut capabilities = Capabilities::default();
+        for r in resources {
+            capabilities.add_resource_name("apps", "v1", r);
+        }
+        Arc::new(ServerView { capabilities, groups: Arc::default() })
+    }
+
+    #[test]
+    fn counts_once_per_table_version_and_per_view() {
+        let counted = Counted::default();
+        let mut table = pb::RoutingTable { version: 1, ..Default::default() };
+        let first = counted.table(&table);
+        assert_eq!(first, (0, prost::Message::encoded_len(&table)));
+        // Same version: the cached sizes, not a new walk.
+        table.apiservers.push(Default::default());
+        assert_eq!(counted.table(&table), first);
+        table.version = 2;
+        assert_eq!(counted.table(&table), (0, prost::Message::encoded_len(&table)));
+
+        let (a, b) = (view(&["deployments", "deployments/status"]), view(&["deployments", "replicasets", "daemonsets"]));
+        assert_eq!((counted.view(&a), counted.view(&b), counted.view(&a)), (1, 3, 1));
+        drop(a);
+        let c = view(&["jobs", "cronjobs"]);
+        assert_eq!(counted.view(&c), 2, "a new view is counted, even at a freed view's address");
+        assert_eq!(counted.views.lock().unwrap().len(), 2, "dropped views are forgotten");
+    }
 }

@@ -242,10 +242,13 @@ impl Discoverer {
             Fetched::Ok { body, content_type, etag } => {
                 if content_type.contains("as=APIGroupDiscoveryList") {
                     let previous = self.last.as_ref().map(|(core, groups, _)| if root == Root::Core { core.clone() } else { groups.clone() });
-                    let view = Arc::new(
-                        aggregated::from_aggregated(root, &body, previous.as_deref())
-                            .map_err(|source| DiscoveryError::Document { path: path.into(), source })?,
-                    );
+                    // Parsed on the blocking pool: a CRD-heavy document takes
+                    // 70–80 ms, which on the runtime would hold up ext_proc
+                    // answers queued behind it.
+                    let parsed = tokio::task::spawn_blocking(move || aggregated::from_aggregated(root, &body, previous.as_deref()))
+                        .await
+                        .unwrap_or_else(|e| Err(aggregated::DocumentError::Invalid(format!("parsing did not complete: {e}"))));
+                    let view = Arc::new(parsed.map_err(|source| DiscoveryError::Document { path: path.into(), source })?);
                     match etag {
                         Some(e) => {
                             self.cache.insert(path, (e, view.clone()));
