@@ -1,43 +1,231 @@
 //! table → publish: serves `mvp.routing.v1.RoutingTableService` to the wasm
 //! refresher in Envoy.
+//!
+//! Each table version's answer is encoded once, by the first fetch that
+//! needs it, and every later fetch of that version (one per Envoy) sends the
+//! same bytes. tonic's generated server wants an owned `GetTableResponse` per
+//! call: a deep copy of the whole table per fetch, encoded again each time —
+//! at CRD scale thousands of groups of strings, copied and dropped on the
+//! runtime that answers ext_proc, beside the merge of the same change (`perf`
+//! during the benchmark's 3,000-CRD rebuilds found it there). So this one
+//! method is served by hand: tonic still frames the message, applies the
+//! size limit and writes the status; the message is the held encoding.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
+use bytes::{BufMut, Bytes};
 use mvp_protos::routing::v1 as pb;
-use pb::routing_table_service_server::{RoutingTableService, RoutingTableServiceServer};
 use tokio::sync::watch;
+use tonic::codec::{Codec, EncodeBuf, Encoder};
+use tonic::codegen::{Body as HttpBody, BoxFuture, Service, StdError, http};
+use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
 
+const SERVICE: &str = "mvp.routing.v1.RoutingTableService";
+
 pub struct TableService {
     table: watch::Receiver<Arc<pb::RoutingTable>>,
     metrics: Arc<Metrics>,
+    /// The encoded `GetTableResponse` carrying the table of that version.
+    encoded: Mutex<Option<(u64, Bytes)>>,
 }
 
 impl TableService {
-    pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>) -> RoutingTableServiceServer<TableService> {
-        // The refresher accepts tables up to this size.
-        RoutingTableServiceServer::new(TableService { table, metrics })
-            .max_encoding_message_size(mvp_contract::limits::MAX_TABLE_BYTES)
+    pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>) -> TableServer {
+        TableServer(Arc::new(TableService { table, metrics, encoded: Mutex::new(None) }))
     }
-}
 
-#[tonic::async_trait]
-impl RoutingTableService for TableService {
-    async fn get_table(&self, request: Request<pb::GetTableRequest>) -> Result<Response<pb::GetTableResponse>, Status> {
+    /// The encoded answer to a refresher that holds `known_version`.
+    fn answer(&self, known_version: u64) -> Result<Bytes, Status> {
         let current = self.table.borrow().clone();
         if current.version == 0 {
             self.metrics.table_request("unavailable");
             return Err(Status::unavailable("no routing table yet: the first discovery round is still running"));
         }
-        let table = if request.get_ref().known_version == current.version {
+        if known_version == current.version {
             self.metrics.table_request("current");
-            None
-        } else {
-            self.metrics.table_request("sent");
-            Some((*current).clone())
-        };
-        Ok(Response::new(pb::GetTableResponse { table }))
+            // `table` unset: an empty message.
+            return Ok(Bytes::new());
+        }
+        self.metrics.table_request("sent");
+        // Held while encoding, so concurrent first fetches of a new version
+        // encode it once; a poisoned lock only means an encode panicked.
+        let mut held = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, bytes)) = held.as_ref().filter(|(v, _)| *v == current.version) {
+            return Ok(bytes.clone());
+        }
+        let bytes = encode_response(&current);
+        *held = Some((current.version, bytes.clone()));
+        Ok(bytes)
+    }
+}
+
+/// `GetTableResponse { table: Some(table) }` as prost would encode it,
+/// without copying the table into an owned message first.
+fn encode_response(table: &pb::RoutingTable) -> Bytes {
+    let mut buf = Vec::with_capacity(prost::encoding::message::encoded_len(1, table));
+    prost::encoding::message::encode(1, table, &mut buf);
+    Bytes::from(buf)
+}
+
+/// The service as tonic's router mounts it.
+#[derive(Clone)]
+pub struct TableServer(Arc<TableService>);
+
+impl NamedService for TableServer {
+    const NAME: &'static str = SERVICE;
+}
+
+impl<B> Service<http::Request<B>> for TableServer
+where
+    B: HttpBody + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != mvp_contract::envoy::GET_TABLE_PATH {
+            return Box::pin(async { Ok(Status::unimplemented("only GetTable is served").into_http()) });
+        }
+        let method = GetTable(self.0.clone());
+        Box::pin(async move {
+            // The refresher accepts tables up to this size; a larger one
+            // fails here (tonic: OUT_OF_RANGE) instead of being cut there.
+            let mut grpc =
+                Grpc::new(HeldCodec).apply_max_message_size_config(None, Some(mvp_contract::limits::MAX_TABLE_BYTES));
+            Ok(grpc.unary(method, req).await)
+        })
+    }
+}
+
+struct GetTable(Arc<TableService>);
+
+impl UnaryService<pb::GetTableRequest> for GetTable {
+    type Response = Bytes;
+    type Future = BoxFuture<Response<Bytes>, Status>;
+
+    fn call(&mut self, request: Request<pb::GetTableRequest>) -> Self::Future {
+        let answer = self.0.answer(request.get_ref().known_version).map(Response::new);
+        Box::pin(async move { answer })
+    }
+}
+
+/// Requests decoded by prost; answers are already-encoded messages.
+struct HeldCodec;
+
+impl Codec for HeldCodec {
+    type Encode = Bytes;
+    type Decode = pb::GetTableRequest;
+    type Encoder = HeldEncoder;
+    type Decoder = tonic_prost::ProstDecoder<pb::GetTableRequest>;
+
+    fn encoder(&mut self) -> HeldEncoder {
+        HeldEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+struct HeldEncoder;
+
+impl Encoder for HeldEncoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::routing_table_service_client::RoutingTableServiceClient;
+    use prost::Message;
+
+    fn table(version: u64, groups: usize) -> pb::RoutingTable {
+        pb::RoutingTable {
+            version,
+            apiservers: vec![pb::Apiserver { name: "a".into(), address: "127.0.0.1:1".into(), healthy: true, ..Default::default() }],
+            groups: (0..groups)
+                .map(|i| pb::GroupRoute {
+                    group: format!("g{i}.example.com"),
+                    servers: 1,
+                    versions: vec![pb::VersionRoute {
+                        version: "v1".into(),
+                        servers: 1,
+                        resources: vec![pb::ResourceRoute { resource: "things".into(), servers: 1, subresources: vec![] }],
+                    }],
+                })
+                .collect(),
+            openapi_v3: vec![pb::OpenApiV3Route { key: "".into(), servers: 1 }],
+        }
+    }
+
+    #[test]
+    fn the_held_answer_is_what_prost_encodes_for_the_message() {
+        let t = table(3, 40);
+        let want = pb::GetTableResponse { table: Some(t.clone()) }.encode_to_vec();
+        assert_eq!(encode_response(&t).as_ref(), want.as_slice());
+        assert_eq!(pb::GetTableResponse::default().encode_to_vec(), Vec::<u8>::new(), "a current refresher gets an empty message");
+    }
+
+    #[test]
+    fn a_version_is_encoded_once_and_a_new_version_replaces_it() {
+        let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let service = TableService { table: rx, metrics: Metrics::new(), encoded: Mutex::new(None) };
+        assert_eq!(service.answer(0).unwrap_err().code(), tonic::Code::Unavailable);
+        tx.send_replace(Arc::new(table(5, 3)));
+        let first = service.answer(0).unwrap();
+        let again = service.answer(4).unwrap();
+        assert_eq!(first.as_ptr(), again.as_ptr(), "the second fetch of version 5 sends the held bytes");
+        assert!(service.answer(5).unwrap().is_empty());
+        tx.send_replace(Arc::new(table(6, 4)));
+        let next = service.answer(5).unwrap();
+        assert_eq!(pb::GetTableResponse::decode(next).unwrap().table, Some(table(6, 4)));
+    }
+
+    /// Through tonic's client, as `ext-proc-router` and any gRPC client
+    /// fetch it: the generated message decodes, limits and errors included.
+    #[tokio::test]
+    async fn a_grpc_client_gets_the_table_the_current_marker_and_errors() {
+        let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tonic::transport::Server::builder()
+            .add_service(TableService::server(rx, Metrics::new()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        tokio::spawn(server);
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+        let mut client = RoutingTableServiceClient::new(channel);
+        let err = client.get_table(pb::GetTableRequest { known_version: 0 }).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        assert!(err.message().contains("first discovery round"), "{err:?}");
+
+        tx.send_replace(Arc::new(table(9, 1000)));
+        let got = client.get_table(pb::GetTableRequest { known_version: 0 }).await.unwrap().into_inner();
+        assert_eq!(got.table, Some(table(9, 1000)));
+        let current = client.get_table(pb::GetTableRequest { known_version: 9 }).await.unwrap().into_inner();
+        assert_eq!(current.table, None);
+
+        // Larger than the refresher accepts: an error, not a cut message.
+        let mut huge = table(10, 1);
+        huge.groups[0].group = "x".repeat(mvp_contract::limits::MAX_TABLE_BYTES);
+        tx.send_replace(Arc::new(huge));
+        let err = client.get_table(pb::GetTableRequest { known_version: 9 }).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
+        assert!(err.message().contains("too large"), "{err:?}");
     }
 }

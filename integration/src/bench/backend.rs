@@ -1,5 +1,6 @@
 //! The processes one benchmark topology shares across its Envoy variants:
-//! the upstream apiservers, mvp-ext-proc and variant (5)'s ext_proc router.
+//! the upstream apiservers, mvp-ext-proc and, where variant (5) runs, its
+//! ext_proc router.
 //! Flags, rendering and readiness come from the harness's [`Topology`].
 
 use std::path::{Path, PathBuf};
@@ -16,8 +17,10 @@ pub struct Backend {
     /// Held so the upstream lives as long as the backend.
     _upstream: Proc,
     pub ext_proc: Proc,
-    /// Variant (5)'s ext_proc server.
-    pub router: Proc,
+    /// Variant (5)'s ext_proc server, started only where (5) runs: it polls
+    /// and decodes every new table, so elsewhere it would only compete with
+    /// what is measured (it shares core 0 with mvp-ext-proc and Envoy).
+    _router: Option<Proc>,
     pub router_port: u16,
     servers: Vec<(String, u16)>,
     topology: Topology,
@@ -55,14 +58,25 @@ impl Backend {
         // [`Backend::render_over_unix`].
         topology.grpc_unix = Some(dir.join(format!("grpc-{grpc}.sock")));
         let ext_proc = Proc::spawn_pinned("mvp-ext-proc", dir, "0", &ext_proc_bin()?, &topology.serve_args())?;
-        let router_args =
-            vec!["--listen".to_string(), format!("127.0.0.1:{router_port}"), "--table-from".into(), format!("127.0.0.1:{grpc}")];
-        let router = Proc::spawn_pinned("ext-proc-router", dir, "0", &bin("ext-proc-router")?, &router_args)?;
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
-        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, router, router_port, servers: ports, topology, http, refresh };
+        let b = Backend { dir: dir.to_path_buf(), _upstream: upstream, ext_proc, _router: None, router_port, servers: ports, topology, http, refresh };
         let want = servers.len();
         b.topology.wait_table(&b.http, |t| all_healthy(t) && t["apiservers"].as_array().is_some_and(|a| a.len() == want)).await?;
         Ok(b)
+    }
+
+    /// Starts variant (5)'s router (on `router_port`); returns its pid.
+    pub fn start_router(&mut self) -> Result<u32> {
+        let args = vec![
+            "--listen".to_string(),
+            format!("127.0.0.1:{}", self.router_port),
+            "--table-from".into(),
+            format!("127.0.0.1:{}", self.topology.ports.grpc),
+        ];
+        let router = Proc::spawn_pinned("ext-proc-router", &self.dir, "0", &bin("ext-proc-router")?, &args)?;
+        let pid = router.pid();
+        self._router = Some(router);
+        Ok(pid)
     }
 
     pub fn address(&self, name: &str) -> String {

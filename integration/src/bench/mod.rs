@@ -208,7 +208,11 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let table = api_set::ApiSet::generate(gvrs);
         let servers = table.write(&dir.path().join(format!("docs-{gvrs}")))?;
         let refs: Vec<(&str, &Path)> = servers.iter().map(|(n, p)| (n.as_str(), p.as_path())).collect();
-        let backend = Backend::start(dir.path(), &refs, settings.refresh_interval).await?;
+        let mut backend = Backend::start(dir.path(), &refs, settings.refresh_interval).await?;
+        let router = match list.iter().any(|v| v.uses_ext_proc()) {
+            true => Some(backend.start_router()?),
+            false => None,
+        };
         let capable: Vec<String> = table.routed_servers();
         for variant in list {
             let (listen, admin) = two_ports();
@@ -219,8 +223,8 @@ pub async fn run(settings: Settings) -> Result<Results> {
                 .await
                 .with_context(|| format!("variant {}", variant.name()))?;
             let mut pids = vec![envoy.pid()];
-            if variant.uses_ext_proc() {
-                pids.push(backend.router.pid());
+            if let Some(pid) = router.filter(|_| variant.uses_ext_proc()) {
+                pids.push(pid);
             }
             doors.push(Door { variant, gvrs, _envoy: envoy, admin, url, pids, rps: vec![], requests: 0, cpu_us: vec![], latency: vec![] });
         }
