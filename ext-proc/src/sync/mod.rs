@@ -88,8 +88,9 @@ pub struct Syncer {
     merged_from: Option<Vec<(String, Arc<ServerView>)>>,
     /// What the current table was built from.
     table_from: Vec<TableInput>,
-    persisted: Option<persist::Persisted>,
-    /// The views the state file holds.
+    /// Writes the state file off this loop (see [`publish::StateWriter`]).
+    state_writer: Option<publish::StateWriter>,
+    /// The views last handed to the state file writer.
     persisted_from: Vec<Option<Arc<ServerView>>>,
     metrics: Arc<Metrics>,
 }
@@ -161,7 +162,7 @@ impl Syncer {
             openapi_from: None,
             merged_from: None,
             table_from: vec![],
-            persisted,
+            state_writer: persisted.map(publish::StateWriter::spawn),
             persisted_from: vec![],
             metrics,
         };
