@@ -4,7 +4,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use mvp_protos::routing::v1 as pb;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -184,9 +183,10 @@ impl Metrics {
         self.resources.get_or_create(&ApiserverLabels { apiserver: apiserver.into() }).set(n as i64);
     }
 
-    pub fn table_changed(&self, t: &pb::RoutingTable) {
+    /// A new table version with `resources` routed resources.
+    pub fn table_changed(&self, resources: usize) {
         self.table_updates.inc();
-        self.table_resources.set(crate::routing_table::resource_count(t) as i64);
+        self.table_resources.set(i64::try_from(resources).unwrap_or(i64::MAX));
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         self.table_changed_at.set(i64::try_from(now).unwrap_or(i64::MAX));
     }
@@ -254,5 +254,20 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_change_sets_the_count_it_was_given() {
+        let m = Metrics::new();
+        m.table_changed(3);
+        m.table_changed(5);
+        let text = m.encode();
+        assert!(text.lines().any(|l| l == "mvp_routing_table_resources 5"), "{text}");
+        assert!(text.lines().any(|l| l == "mvp_routing_table_updates_total 2"), "{text}");
     }
 }

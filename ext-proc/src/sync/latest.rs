@@ -1,10 +1,11 @@
 //! Builds that must not hold up the sync loop: merging and encoding the
 //! peer-aggregated `/apis` and the OpenAPI documents (hundreds of
-//! milliseconds for a CRD-heavy cluster), writing the state file. The loop hands the current inputs
-//! over (pointers) and goes on at once; a task of its own builds from them
-//! on the blocking pool and publishes. Inputs handed over while a build runs
-//! are taken by the next build — the latest only, never a queue — so a slow
-//! merge delays neither routing-table updates nor the next merge's inputs.
+//! milliseconds for a CRD-heavy cluster), writing the state file. The loop
+//! hands the current inputs over (pointers) and goes on at once; a task of
+//! its own builds from them on the blocking pool and publishes. Inputs
+//! handed over while a build runs are taken by the next build — the latest
+//! only, never a queue — so a slow merge delays neither routing-table
+//! updates nor the next merge's inputs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
