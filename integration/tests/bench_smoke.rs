@@ -35,16 +35,40 @@ fn every_variant_produces_numbers() {
     let crd = &r["crd_heavy"];
     assert_eq!(crd["requests"].as_u64().unwrap(), 32);
     assert!(crd["under_load"]["p99_ms"].as_f64().unwrap() > 0.0 && crd["ext_proc_rss_mib"].as_f64().unwrap() > 0.0, "{crd}");
-    for k in ["apis_merged", "apis_merged_unix", "apis_passthrough"] {
+    for k in ["apis_merged", "apis_merged_unix", "apis_passthrough", "apis_ext_proc_floor"] {
         assert!(r["discovery"][k]["p99_ms"].as_f64().unwrap() > 0.0, "{k}");
         assert!(crd[k.replace("apis_", "")]["p99_ms"].as_f64().unwrap() > 0.0, "{k}");
+        // The paired client measured every door, the same number of times.
+        for paired in [&r["discovery_paired"], &crd["paired"]] {
+            assert!(paired[k]["p99_ms"].as_f64().unwrap() > 0.0, "{k}: {paired}");
+            assert_eq!(paired[k]["requests"], paired["apis_passthrough"]["requests"], "{k}: {paired}");
+        }
     }
-    // Merging over TCP and over the Unix socket, each against the passthrough
-    // and against each other, per round.
-    for k in ["p50", "p99", "unix p50", "unix p99", "unix − tcp p50", "unix − tcp p99"] {
+    // Merging over TCP and over the Unix socket against the passthrough, the
+    // ext_proc floor against the passthrough, merging against that floor, and
+    // the socket against TCP: per round, and from the paired client per
+    // window (two in smoke mode).
+    let floor = ["ext_proc floor − passthrough p50", "ext_proc floor − passthrough p99", "merged − ext_proc floor p50", "merged − ext_proc floor p99"];
+    let keys: Vec<&str> = ["p50", "p99", "unix p50", "unix p99", "unix − tcp p50", "unix − tcp p99"].into_iter().chain(floor).collect();
+    for k in &keys {
         assert_eq!(r["discovery_added_ms"][k]["rounds"].as_array().map(Vec::len), Some(2), "{k}");
+        for added in [&r["discovery_paired_added_ms"], &crd["paired_added_ms"]] {
+            assert_eq!(added[k]["per_window_ms"]["rounds"].as_array().map(Vec::len), Some(2), "{k}: {added}");
+            assert!(added[k]["pooled_ms"].as_f64().is_some(), "{k}: {added}");
+        }
     }
+    assert_eq!(r["discovery_added_ms"].as_object().map(|m| m.len()), Some(keys.len()));
     assert!(crd["unix_minus_tcp_p99_ms"]["rounds"].as_array().is_some_and(|a| a.len() == 2), "{crd}");
+    assert!(crd["ext_proc_floor_added_p99_ms"]["rounds"].as_array().is_some_and(|a| a.len() == 2), "{crd}");
+    // The close comparisons again in paired slices (one pair in smoke mode):
+    // throughput and CPU per request for each.
+    let paired = r["paired"].as_object().unwrap();
+    assert_eq!(paired.len(), 8, "{paired:?}");
+    for (k, v) in paired {
+        assert_eq!(v["rounds"].as_array().map(Vec::len), Some(1), "{k}");
+        assert!(v["median"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(ratios.contains_key(&k.replacen("cpu per request", "throughput", 1)), "{k} is one of the rounds' ratios");
+    }
     assert!(r["propagation_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["ext_proc_rss_mib_3_apiservers_v1_37"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["wasm_vm_mib_per_worker_5000_gvr"].as_f64().unwrap() > 0.0);

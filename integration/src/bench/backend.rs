@@ -67,12 +67,20 @@ impl Backend {
 
     /// Starts variant (5)'s router (on `router_port`); returns its pid.
     pub fn start_router(&mut self) -> Result<u32> {
-        let args = vec![
-            "--listen".to_string(),
-            format!("127.0.0.1:{}", self.router_port),
-            "--table-from".into(),
-            format!("127.0.0.1:{}", self.topology.ports.grpc),
-        ];
+        let table_from = format!("127.0.0.1:{}", self.topology.ports.grpc);
+        self.start_ext_proc_router(&["--table-from", &table_from])
+    }
+
+    /// Starts the `/apis` ext_proc floor (on `router_port`): an ext_proc
+    /// server that answers every message "continue".
+    pub fn start_pass_through_ext_proc(&mut self) -> Result<u32> {
+        self.start_ext_proc_router(&["--pass-through"])
+    }
+
+    fn start_ext_proc_router(&mut self, mode: &[&str]) -> Result<u32> {
+        let mut args = vec!["--listen".to_string(), format!("127.0.0.1:{}", self.router_port)];
+        args.extend(mode.iter().map(|a| a.to_string()));
+        // On core 0, like mvp-ext-proc: part of the proxy's cost.
         let router = Proc::spawn_pinned("ext-proc-router", &self.dir, "0", &bin("ext-proc-router")?, &args)?;
         let pid = router.pid();
         self._router = Some(router);

@@ -71,12 +71,17 @@ impl Throughput {
     }
 }
 
-/// A value measured once per round: the median and the range.
+/// A value measured once per round (or pair): the median, the quartiles and
+/// the range.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Spread {
     pub median: f64,
     pub min: f64,
     pub max: f64,
+    /// Nearest-rank quartiles: with many pairs the range shows the host's
+    /// worst moments, the quartiles how the middle half agrees.
+    pub p25: f64,
+    pub p75: f64,
     pub rounds: Vec<f64>,
 }
 
@@ -89,7 +94,14 @@ impl Spread {
             n if n % 2 == 1 => s[n / 2],
             n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
         };
-        Spread { median, min: s.first().copied().unwrap_or(0.0), max: s.last().copied().unwrap_or(0.0), rounds: values.to_vec() }
+        Spread {
+            median,
+            min: s.first().copied().unwrap_or(0.0),
+            max: s.last().copied().unwrap_or(0.0),
+            p25: super::percentile(&s, 25.0),
+            p75: super::percentile(&s, 75.0),
+            rounds: values.to_vec(),
+        }
     }
 }
 

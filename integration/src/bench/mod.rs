@@ -15,6 +15,7 @@ mod backend;
 pub mod discovery;
 pub mod load;
 mod order;
+mod paired;
 mod report;
 pub mod variants;
 
@@ -27,7 +28,7 @@ use serde::Serialize;
 
 use crate::harness::{Proc, free_ports};
 use backend::{Backend, VM_MEMORY_STAT, wait_routed};
-use discovery::{CrdHeavy, crd_heavy, real_discovery};
+use discovery::{Added, ApisDoors, CrdHeavy, crd_heavy, real_discovery};
 use load::{Latency, Spread, Throughput};
 use order::round_order;
 pub use report::{percentile, render_table};
@@ -47,6 +48,12 @@ pub struct Settings {
     /// h2load: connections × per-connection rate = the fixed moderate rate.
     pub latency_workers: u32,
     pub latency_rate_per_worker: u32,
+    /// Paired slices ([`paired`]): pairs per close comparison, each side one
+    /// wrk run this long.
+    pub pairs: usize,
+    pub slice: Duration,
+    /// The paired `/apis` client: `rounds` windows this long.
+    pub apis_window: Duration,
     pub propagation_changes: usize,
     pub refresh_interval: Duration,
     /// The CRD-heavy `/apis` case: requests, spread over `crd_heavy_clients`
@@ -71,6 +78,9 @@ impl Settings {
             latency_duration: Duration::from_secs(3),
             latency_workers: 4,
             latency_rate_per_worker: 250,
+            pairs: 20,
+            slice: Duration::from_secs(1),
+            apis_window: Duration::from_secs(8),
             propagation_changes: 30,
             refresh_interval: Duration::from_millis(500),
             crd_heavy_requests: 10_000,
@@ -89,6 +99,9 @@ impl Settings {
             latency_duration: Duration::from_secs(1),
             latency_workers: 2,
             latency_rate_per_worker: 50,
+            pairs: 1,
+            slice: Duration::from_secs(1),
+            apis_window: Duration::from_secs(1),
             propagation_changes: 2,
             refresh_interval: Duration::from_millis(500),
             crd_heavy_requests: 32,
@@ -127,8 +140,13 @@ pub struct Results {
     pub variants: Vec<VariantResult>,
     /// Per-round ratios: median and spread.
     pub ratios: BTreeMap<String, Spread>,
+    /// The goals' close comparisons from paired slices: per-pair ratios.
+    pub paired: BTreeMap<String, Spread>,
     pub discovery: BTreeMap<String, Latency>,
     pub discovery_added_ms: BTreeMap<String, Spread>,
+    /// The `/apis` doors from the paired client, and what merging adds there.
+    pub discovery_paired: BTreeMap<String, Latency>,
+    pub discovery_paired_added_ms: BTreeMap<String, Added>,
     pub crd_heavy: CrdHeavy,
     pub propagation_ms: BTreeMap<String, f64>,
     pub memory: BTreeMap<String, f64>,
@@ -286,6 +304,25 @@ pub async fn run(settings: Settings) -> Result<Results> {
     if let (Some(w), Some(l)) = (find("wasm", 50), find("lua", 50)) {
         ratios.insert("cpu per request (2)/(4) wasm/lua".into(), per_round(&w.cpu_us, &l.cpu_us));
     }
+    // The goals' three close comparisons again, in paired slices, and the
+    // proxy-wasm floor's ratio to bare Envoy, which (2)/(1)'s goal is read
+    // against.
+    let paired_names = ["wasm/no-filter", "wasm 5000/wasm 50", "wasm/lua", "floor/no-filter"];
+    let mut comparisons = Vec::new();
+    for (name, a, b) in pairs.iter().filter(|(n, ..)| paired_names.iter().any(|p| n.ends_with(p))) {
+        if let (Some(a), Some(b)) = (find(a.0, a.1), find(b.0, b.1)) {
+            comparisons.push(paired::Comparison {
+                name: name.trim_start_matches("throughput "),
+                a: paired::Side { url: &a.url, pids: &a.pids },
+                b: paired::Side { url: &b.url, pids: &b.pids },
+            });
+        }
+    }
+    if !comparisons.is_empty() {
+        eprintln!("paired slices: {} pairs of {} comparisons (load average {})", settings.pairs, comparisons.len(), load::load_average());
+    }
+    let paired = paired::slices(&comparisons, settings.pairs, settings.slice)?;
+    drop(comparisons);
     drop(doors);
 
     // Propagation: discovery change → every worker routes by it.
@@ -301,12 +338,13 @@ pub async fn run(settings: Settings) -> Result<Results> {
     }
     drop(backends);
 
-    let (mut discovery, mut discovery_added_ms, mut crd) = Default::default();
+    let (mut apis, mut crd_heavy_out) = (None, CrdHeavy::default());
     if settings.discovery {
-        (discovery, discovery_added_ms) = real_discovery(dir.path(), &http, &settings, &mut memory).await?;
-        crd = crd_heavy(dir.path(), &http, &settings).await?;
+        apis = Some(real_discovery(dir.path(), &http, &settings, &mut memory).await?);
+        crd_heavy_out = crd_heavy(dir.path(), &http, &settings).await?;
     }
-    let crd_heavy = crd;
+    let ApisDoors { latency: discovery, added: discovery_added_ms, paired_latency: discovery_paired, paired_added: discovery_paired_added_ms } =
+        apis.unwrap_or_default();
 
     let mut results = Results {
         machine: load::machine(),
@@ -325,14 +363,20 @@ pub async fn run(settings: Settings) -> Result<Results> {
                 ),
             ),
             ("refresh_interval_ms".into(), settings.refresh_interval.as_millis().to_string()),
+            ("pairs".into(), settings.pairs.to_string()),
+            ("slice_s".into(), settings.slice.as_secs_f64().to_string()),
+            ("apis_window_s".into(), settings.apis_window.as_secs_f64().to_string()),
             ("smoke".into(), settings.smoke.to_string()),
         ]),
         load_average: BTreeMap::from([("start".into(), load_start), ("end".into(), load::load_average())]),
         variants: variants_out,
         ratios,
+        paired,
         discovery,
         discovery_added_ms,
-        crd_heavy,
+        discovery_paired,
+        discovery_paired_added_ms,
+        crd_heavy: crd_heavy_out,
         propagation_ms: BTreeMap::new(),
         memory,
         targets: vec![],

@@ -1,6 +1,10 @@
 //! The run's results: targets, and the tables printed at the end (also
 //! pasted into BENCHMARKS.md).
 
+use std::collections::BTreeMap;
+
+use super::discovery::Added;
+use super::load::Latency;
 use super::{Results, VariantResult};
 
 pub fn percentile(samples: &[f64], p: f64) -> f64 {
@@ -24,7 +28,19 @@ pub fn finish(r: &mut Results) {
         r.memory.insert("floor_cpu_overhead_us".into(), cpu(f));
     }
     let mut targets = Vec::new();
-    let ratio = |k: &str| r.ratios.get(k).map(|s| (s.median, format!("{:.3} ({:.3}–{:.3})", s.median, s.min, s.max)));
+    // A close comparison reads its paired slices where the run has them
+    // (the rounds' figure beside it), otherwise the rounds.
+    let ratio = |k: &str| {
+        let rounds = r.ratios.get(k).map(|s| format!("{:.3} ({:.3}–{:.3})", s.median, s.min, s.max));
+        match (r.paired.get(k), rounds) {
+            (Some(p), rounds) => Some((
+                p.median,
+                format!("paired {:.3} (middle half {:.3}–{:.3}, all {:.3}–{:.3}); rounds {}", p.median, p.p25, p.p75, p.min, p.max, rounds.unwrap_or_default()),
+            )),
+            (None, Some(rounds)) => r.ratios.get(k).map(|s| (s.median, rounds)),
+            (None, None) => None,
+        }
+    };
     let mut target = |name: &str, key: &str, ok: &dyn Fn(f64) -> bool| {
         if let Some((m, shown)) = ratio(key) {
             targets.push((name.to_string(), ok(m), shown));
@@ -44,11 +60,25 @@ pub fn finish(r: &mut Results) {
         ));
     }
     if let Some(p99) = r.discovery_added_ms.get("p99") {
-        let mut measured = format!("{:+.3} ms ({:+.3}–{:+.3})", p99.median, p99.min, p99.max);
+        let mut measured = format!("rounds {:+.3} ms ({:+.3}–{:+.3})", p99.median, p99.min, p99.max);
         if let Some(u) = r.discovery_added_ms.get("unix p99") {
             measured.push_str(&format!("; over a Unix socket {:+.3} ms ({:+.3}–{:+.3})", u.median, u.min, u.max));
         }
-        targets.push(("merged /apis adds ≤ 1 ms p99".into(), p99.median <= 1.0, measured));
+        let mut met = p99.median <= 1.0;
+        // The paired client's figure, where the run has it, is the goal's:
+        // both doors' samples come from the same seconds.
+        if let Some(p) = r.discovery_paired_added_ms.get("p99") {
+            let w = &p.per_window_ms;
+            measured = format!("paired {:+.3} ms (per window {:+.3}–{:+.3}); {measured}", p.pooled_ms, w.min, w.max);
+            met = p.pooled_ms <= 1.0;
+            // Beside it, the floor: what a server answering "continue" adds.
+            let get = |prefix: &str| r.discovery_paired_added_ms.get(&format!("{prefix}p99")).map(|a| a.pooled_ms);
+            use super::discovery::{FLOOR, OVER_FLOOR};
+            if let (Some(floor), Some(over)) = (get(FLOOR), get(OVER_FLOOR)) {
+                measured.push_str(&format!("; paired ext_proc floor {floor:+.3} ms p99, merged over it {over:+.3} ms"));
+            }
+        }
+        targets.push(("merged /apis adds ≤ 1 ms p99".into(), met, measured));
     }
     let c = &r.crd_heavy;
     if c.requests > 0 {
@@ -124,18 +154,25 @@ pub fn render_table(r: &Results) -> String {
     for (k, v) in &r.ratios {
         out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} |\n", v.median, v.min, v.max));
     }
+    if !r.paired.is_empty() {
+        out.push_str(&format!(
+            "\n| ratio (paired {} s slices, ABBA) | median | middle half | min–max | pairs |\n|---|---|---|---|---|\n",
+            r.settings.get("slice_s").map(String::as_str).unwrap_or("?")
+        ));
+        for (k, v) in &r.paired {
+            out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} | {:.3}–{:.3} | {} |\n", v.median, v.p25, v.p75, v.min, v.max, v.rounds.len()));
+        }
+    }
     out.push_str("\n| /apis, three apiservers with the real v1.37 document | p50 ms | p99 ms |\n|---|---|---|\n");
     for (k, v) in &r.discovery {
         out.push_str(&format!("| {k} | {:.3} | {:.3} |\n", v.p50_ms, v.p99_ms));
     }
     for (k, v) in &r.discovery_added_ms {
-        let what = match k.strip_prefix("unix − tcp ") {
-            Some(p) => format!("Unix socket − TCP ({p})"),
-            None => format!("added by merging ({k})"),
-        };
-        out.push_str(&format!("| {what}, median of rounds (min–max) | {:+.3} ({:+.3}–{:+.3}) | |\n", v.median, v.min, v.max));
+        out.push_str(&format!("| {}, median of rounds (min–max) | {:+.3} ({:+.3}–{:+.3}) | |\n", difference(k), v.median, v.min, v.max));
     }
+    paired_apis(&mut out, "v1.37", &r.discovery_paired, &r.discovery_paired_added_ms);
     let c = &r.crd_heavy;
+    paired_apis(&mut out, "CRD-heavy", &c.paired, &c.paired_added_ms);
     out.push_str(&format!(
         "\n| /apis, CRD-heavy ({} groups, {:.1} MB) beside v1.30 | value |\n|---|---|\n",
         c.groups,
@@ -147,11 +184,16 @@ pub fn render_table(r: &Results) -> String {
     out.push_str(&format!("| latency under that load p50 / p99 | {:.1} / {:.1} ms |\n", c.under_load.p50_ms, c.under_load.p99_ms));
     out.push_str(&format!("| CPU per request under that load: Envoy / mvp-ext-proc | {:.2} / {:.2} ms |\n", c.envoy_cpu_ms_per_request, c.ext_proc_cpu_ms_per_request));
     out.push_str(&format!("| passthrough p50 / p99 at a moderate rate | {:.2} / {:.2} ms |\n", c.passthrough.p50_ms, c.passthrough.p99_ms));
+    out.push_str(&format!("| ext_proc floor (pass-through server) p50 / p99 at a moderate rate | {:.2} / {:.2} ms |\n", c.ext_proc_floor.p50_ms, c.ext_proc_floor.p99_ms));
     out.push_str(&format!("| merged p50 / p99 at a moderate rate | {:.2} / {:.2} ms |\n", c.merged.p50_ms, c.merged.p99_ms));
     out.push_str(&format!("| merged over a Unix socket p50 / p99 at a moderate rate | {:.2} / {:.2} ms |\n", c.merged_unix.p50_ms, c.merged_unix.p99_ms));
     out.push_str(&format!(
         "| added by merging p50 / p99, median of rounds: TCP / Unix socket | {:+.2} / {:+.2} ms / {:+.2} / {:+.2} ms |\n",
         c.added_p50_ms.median, c.added_p99_ms.median, c.added_unix_p50_ms.median, c.added_unix_p99_ms.median
+    ));
+    out.push_str(&format!(
+        "| ext_proc floor − passthrough p50 / p99, median of rounds | {:+.2} / {:+.2} ms |\n",
+        c.ext_proc_floor_added_p50_ms.median, c.ext_proc_floor_added_p99_ms.median
     ));
     out.push_str(&format!(
         "| Unix socket − TCP p50 / p99, median of rounds (min–max) | {:+.2} ({:+.2}–{:+.2}) / {:+.2} ({:+.2}–{:+.2}) ms |\n",
@@ -191,4 +233,34 @@ pub fn render_table(r: &Results) -> String {
         out.push_str(&format!("| {t} | {} | {m} |\n", if *ok { "yes" } else { "NO" }));
     }
     out
+}
+
+/// The paired `/apis` client's table: each door over the same seconds, and
+/// what merging adds (over all windows, and the range over windows).
+fn paired_apis(out: &mut String, what: &str, doors: &BTreeMap<String, Latency>, added: &BTreeMap<String, Added>) {
+    if doors.is_empty() {
+        return;
+    }
+    out.push_str(&format!("\n| /apis {what}, paired client (every door in the same seconds) | p50 ms | p99 ms | requests |\n|---|---|---|---|\n"));
+    for (k, v) in doors {
+        out.push_str(&format!("| {k} | {:.3} | {:.3} | {} |\n", v.p50_ms, v.p99_ms, v.requests));
+    }
+    for (k, v) in added {
+        let w = &v.per_window_ms;
+        out.push_str(&format!("| {}: all windows (per window min–max) | {:+.3} ({:+.3}–{:+.3}) | | |\n", difference(k), v.pooled_ms, w.min, w.max));
+    }
+}
+
+/// A row label for a key of `discovery::differences`.
+fn difference(key: &str) -> String {
+    use super::discovery::{FLOOR, OVER_FLOOR, UNIX_MINUS_TCP};
+    if let Some(p) = key.strip_prefix(UNIX_MINUS_TCP) {
+        format!("Unix socket − TCP ({p})")
+    } else if let Some(p) = key.strip_prefix(FLOOR) {
+        format!("ext_proc floor: pass-through server − passthrough ({p})")
+    } else if let Some(p) = key.strip_prefix(OVER_FLOOR) {
+        format!("merging over that floor: merged − pass-through server ({p})")
+    } else {
+        format!("added by merging ({key})")
+    }
 }

@@ -195,6 +195,17 @@ pub fn disable_ext_proc_on_apis(config: &mut Value) {
     }
 }
 
+/// The `/apis` ext_proc floor: the production config with its ext_proc
+/// filter sent to the pass-through server on `port` instead of mvp-ext-proc.
+pub fn ext_proc_to_pass_through(config: &mut Value, port: u16) -> Result<()> {
+    add_router_cluster(config, port)?;
+    let hcm = hcm(config)?;
+    let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
+    let ext = filters.iter_mut().find(|f| f["name"] == "envoy.filters.http.ext_proc").context("ext_proc filter")?;
+    ext["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"] = json!(ROUTER_CLUSTER);
+    Ok(())
+}
+
 /// What a user might write instead of the wasm filter: the same RequestInfo
 /// walk (no percent-decoding, no fieldSelector: strictly less work) and the
 /// same headers.

@@ -4,6 +4,11 @@
 //! answers each ext_proc request-headers message with the filter's own
 //! decision (`mvp_routing::route::decide`): the route header, and no
 //! response phase.
+//!
+//! With `--pass-through` it is the `/apis` benchmark's ext_proc floor
+//! instead: every message is answered "continue, nothing changed", so an
+//! Envoy configured like production's `/apis` door pays the ext_proc round
+//! trip and forwards the apiserver's own document.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,15 +33,32 @@ struct Args {
     /// Where Envoy's ext_proc filter reaches this process.
     #[arg(long)]
     listen: SocketAddr,
-    /// mvp-ext-proc's --grpc-listen.
+    /// mvp-ext-proc's --grpc-listen (routing mode).
+    #[arg(long, required_unless_present = "pass_through")]
+    table_from: Option<SocketAddr>,
+    /// Answer every message with "continue" (the ext_proc floor).
     #[arg(long)]
-    table_from: SocketAddr,
+    pass_through: bool,
 }
 
 #[derive(Clone, Default)]
 struct Router {
     table: Arc<RwLock<Option<Arc<RouteTable>>>>,
     counter: Arc<AtomicU32>,
+    pass_through: bool,
+}
+
+/// "Continue, nothing changed" for the phase of `msg`.
+fn pass(msg: &ProcessingRequest) -> Result<ProcessingResponse, Status> {
+    use processing_request::Request as In;
+    use processing_response::Response as Out;
+    let unchanged = || HeadersResponse { response: None };
+    let response = match &msg.request {
+        Some(In::RequestHeaders(_)) => Out::RequestHeaders(unchanged()),
+        Some(In::ResponseHeaders(_)) => Out::ResponseHeaders(unchanged()),
+        _ => return Err(Status::failed_precondition("only header phases are configured")),
+    };
+    Ok(ProcessingResponse { response: Some(response), ..Default::default() })
 }
 
 impl Router {
@@ -98,6 +120,9 @@ impl ExternalProcessor for Router {
     async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Responses<ProcessingResponse>>, Status> {
         let this = self.clone();
         Ok(Response::new(answer_each(request.into_inner(), move |msg| {
+            if this.pass_through {
+                return Ok(vec![pass(&msg)?]);
+            }
             let Some(processing_request::Request::RequestHeaders(h)) = msg.request else {
                 return Err(Status::failed_precondition("only request headers are routed"));
             };
@@ -110,9 +135,15 @@ impl ExternalProcessor for Router {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let router = Router::default();
-    tokio::spawn(router.clone().poll(args.table_from));
+    let router = Router { pass_through: args.pass_through, ..Router::default() };
+    if let Some(from) = args.table_from.filter(|_| !args.pass_through) {
+        tokio::spawn(router.clone().poll(from));
+    }
+    // TCP_NODELAY like mvp-ext-proc's listener: without it a small answer
+    // can wait for the delayed ACK of the one before (Nagle), which would
+    // make this floor slower than the server it is the floor of.
     tonic::transport::Server::builder()
+        .tcp_nodelay(true)
         .add_service(ExternalProcessorServer::new(router))
         .serve(args.listen)
         .await
