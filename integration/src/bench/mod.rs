@@ -8,7 +8,10 @@
 //! their range. Throughput is wrk at fixed concurrency for a bounded time;
 //! latency is h2load at a fixed moderate rate; CPU per request is Envoy's (and,
 //! for the ext_proc variant, its ext_proc server's) CPU time from /proc over
-//! the wrk run. The load average is recorded at the start and the end.
+//! the wrk run. The load average is recorded at the start and the end. The
+//! comparisons a goal reads are measured once more in paired slices, and the
+//! `/apis` doors by a paired client ([`paired`]): rounds seconds apart let a
+//! burst from elsewhere land on one side of a ratio only.
 
 pub mod api_set;
 mod backend;
