@@ -19,18 +19,20 @@ pub mod discovery;
 pub mod load;
 mod order;
 mod paired;
+mod propagation;
+mod rebuilds;
 mod report;
 pub mod variants;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::harness::{Proc, free_ports};
-use backend::{Backend, VM_MEMORY_STAT, wait_routed};
+use backend::{Backend, VM_MEMORY_STAT};
 use discovery::{Added, ApisDoors, CrdHeavy, crd_heavy, real_discovery};
 use load::{Latency, Spread, Throughput};
 use order::round_order;
@@ -333,7 +335,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let (listen, admin) = two_ports();
         let config = Variant::Wasm.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
         let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
-        let samples = propagation(backend, table, listen, settings.propagation_changes).await?;
+        let samples = propagation::propagation(backend, table, listen, settings.propagation_changes).await?;
         drop(envoy);
         memory.insert("propagation_samples".into(), samples.len() as f64);
         memory.insert("propagation_p50_ms".into(), percentile(&samples, 50.0));
@@ -387,30 +389,4 @@ pub async fn run(settings: Settings) -> Result<Results> {
     results.variants.sort_by_key(|v| v.number);
     report::finish(&mut results);
     Ok(results)
-}
-
-/// Changes one apiserver's discovery (a new group only it serves) and times
-/// until requests on fresh connections — spread over both workers — are
-/// all routed by the new table.
-async fn propagation(backend: &Backend, table: &api_set::ApiSet, listen: u16, changes: usize) -> Result<Vec<f64>> {
-    let fresh = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build()?;
-    let only = table.servers.last().cloned().unwrap_or_default();
-    let addr = backend.address(&only);
-    let mut samples = Vec::new();
-    let interval = backend.refresh;
-    for i in 0..changes {
-        // Changes land at a random point of the refresh cycle, as real ones
-        // do; without this every change would follow a detection by the same
-        // delay and measure one phase only.
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        tokio::time::sleep(interval.mul_f64(f64::from(nanos % 1000) / 1000.0)).await;
-        let group = format!("prop{i}.bench.example");
-        let doc = table.apis_with_extra_group(&only, &group);
-        let started = Instant::now();
-        backend.http.post(format!("http://{addr}/__bench/apis")).body(serde_json::to_vec(&doc)?).send().await?;
-        let url = format!("http://127.0.0.1:{listen}/apis/{group}/v1/namespaces/default/things/x");
-        wait_routed(&fresh, &url, &addr).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    Ok(samples)
 }
