@@ -29,13 +29,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# Load generators for the benchmark (and its smoke test), and a headless
-# browser for the status page's test, from Debian.
-if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null || ! command -v chromium >/dev/null; then
-  log "installing wrk, h2load and chromium (Debian: wrk, nghttp2-client, chromium)"
+# Load generators and valgrind's callgrind for the benchmark (and its smoke
+# test), and a headless browser for the status page's test, from Debian.
+if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null || ! command -v chromium >/dev/null \
+  || ! command -v callgrind_control >/dev/null; then
+  log "installing wrk, h2load, valgrind and chromium (Debian: wrk, nghttp2-client, valgrind, chromium)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client valgrind chromium >/dev/null
 fi
 
 ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)
@@ -48,4 +49,4 @@ case "$kubectl_version" in *"v$KUBECTL_VERSION"*) ;; *) echo "unexpected kubectl
 if ! command -v kubectl >/dev/null; then
   log "warning: no kubectl on PATH (machines of this kind ship one); the pre-installed-kubectl test will fail"
 fi
-log "tools ready: Envoy $ENVOY_VERSION, kubectl $KUBECTL_VERSION, wrk, h2load"
+log "tools ready: Envoy $ENVOY_VERSION, kubectl $KUBECTL_VERSION, wrk, h2load, valgrind"

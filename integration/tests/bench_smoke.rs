@@ -83,6 +83,16 @@ fn every_variant_produces_numbers() {
         assert!(ms("build_cpu_ms") > 0.0 && ms("build_cpu_ms") <= ms("build_ms") + 0.5, "{k}: {v}");
     }
     assert_eq!(rebuilds["one CRD added"]["groups_encoded"]["max"].as_f64(), Some(1.0), "{crd}");
+    // Instructions per request under callgrind (smoke: the filter and its
+    // routing floor), each phase counted, and (2) over its floor.
+    let counted = r["instructions"].as_object().unwrap();
+    assert_eq!(counted.keys().collect::<Vec<_>>(), ["(2) wasm 50", "(7) routing-floor 50"], "{counted:?}");
+    for (k, c) in counted {
+        assert_eq!(c["phases"].as_array().map(Vec::len), Some(2), "{k}: {c}");
+        assert!(c["instructions_per_request"].as_f64().unwrap() > 1000.0, "{k}: {c}");
+        assert!(c["d1_misses_per_request"].as_f64().is_some() && c["idle_per_second"].as_f64().unwrap() > 0.0, "{k}: {c}");
+    }
+    assert!(r["counted_ratios"]["(2)/(7) the filter over its routing floor"].as_f64().unwrap() > 0.0, "{}", r["counted_ratios"]);
     assert_eq!(r["targets"].as_array().unwrap().len(), 13);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::harness::topology::all_healthy;
@@ -115,12 +115,33 @@ impl Backend {
 
     /// Starts Envoy with `config`, pinned to core 0 unless `concurrency` > 1.
     pub async fn envoy(&self, name: &str, config: &Value, listen: u16, admin: u16, concurrency: u32, wait_table: bool) -> Result<Proc> {
+        self.envoy_under(name, config, (listen, admin), concurrency, wait_table, None).await
+    }
+
+    /// Like [`Backend::envoy`], run by `under` (a program and its flags, the
+    /// Envoy command line following them) with `within` to start and route.
+    pub async fn envoy_under(
+        &self,
+        name: &str,
+        config: &Value,
+        (listen, admin): (u16, u16),
+        concurrency: u32,
+        wait_table: bool,
+        under: Option<(&[String], Duration)>,
+    ) -> Result<Proc> {
         let path = self.dir.join(format!("envoy-{name}.yaml"));
         std::fs::write(&path, serde_yaml_ng::to_string(config)?)?;
         let cores = if concurrency > 1 { "0,1" } else { "0" };
-        let args = Topology::envoy_args(&path, concurrency, "warning");
-        let envoy = Proc::spawn_pinned(&format!("envoy-{name}"), &self.dir, cores, &envoy_bin()?, &args)?;
-        let front = self.front(listen, admin);
+        let mut front = self.front(listen, admin);
+        let mut args = Topology::envoy_args(&path, concurrency, "warning");
+        let mut program = envoy_bin()?;
+        if let Some((wrapper, within)) = under {
+            let (first, flags) = wrapper.split_first().context("an empty wrapper command")?;
+            args = flags.iter().cloned().chain([program.to_string_lossy().into_owned()]).chain(args).collect();
+            program = PathBuf::from(first);
+            front.envoy_start_within = within;
+        }
+        let envoy = Proc::spawn_pinned(&format!("envoy-{name}"), &self.dir, cores, &program, &args)?;
         front.wait_envoy_ready(&self.http).await?;
         if wait_table {
             front.wait_table_published(&self.http, |_| true).await?;

@@ -11,10 +11,15 @@ use serde::Serialize;
 pub const CONNECTIONS: u32 = 16;
 
 pub fn check_tools() -> Result<()> {
-    for tool in ["wrk", "h2load", "taskset"] {
+    require_tools(&["wrk", "h2load", "taskset"], "Debian's wrk and nghttp2-client")
+}
+
+/// Fails naming the first of `tools` not on PATH and what installs it.
+pub fn require_tools(tools: &[&str], installs: &str) -> Result<()> {
+    for tool in tools {
         let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false);
         if !ok {
-            bail!("{tool} is not installed: run scripts/bootstrap.sh (it installs Debian's wrk and nghttp2-client)");
+            bail!("{tool} is not installed: run scripts/bootstrap.sh (it installs {installs})");
         }
     }
     Ok(())
@@ -124,12 +129,7 @@ pub fn latency(url: &str, workers: u32, rate: u32, duration: Duration, headers: 
         cmd.args(["-H", &format!("{k}: {v}")]);
     }
     cmd.arg(url);
-    let text = run(&mut cmd)?;
-    let ok = text.lines().any(|l| l.starts_with("status codes:") && l.contains(" 0 3xx, 0 4xx, 0 5xx"))
-        && text.lines().any(|l| l.starts_with("requests:") && l.contains(" 0 failed, 0 errored, 0 timeout"));
-    if !ok {
-        bail!("h2load saw failures against {url}:\n{text}");
-    }
+    let text = h2load_ok(&mut cmd, url)?;
     let samples: Vec<f64> = std::fs::read_to_string(log.path())?
         .lines()
         .filter_map(|l| {
@@ -143,6 +143,22 @@ pub fn latency(url: &str, workers: u32, rate: u32, duration: Duration, headers: 
         bail!("h2load logged no requests:\n{text}");
     }
     Ok(samples)
+}
+
+/// h2load's report, when every request succeeded.
+fn h2load_ok(cmd: &mut Command, url: &str) -> Result<String> {
+    let text = run(cmd)?;
+    let ok = text.lines().any(|l| l.starts_with("status codes:") && l.contains(" 0 3xx, 0 4xx, 0 5xx"))
+        && text.lines().any(|l| l.starts_with("requests:") && l.contains(" 0 failed, 0 errored, 0 timeout"));
+    if !ok {
+        bail!("h2load saw failures against {url}:\n{text}");
+    }
+    Ok(text)
+}
+
+/// Exactly `requests` requests, one at a time on one HTTP/1.1 connection.
+pub fn sequential(url: &str, requests: u64) -> Result<()> {
+    h2load_ok(Command::new("taskset").args(["-c", "1", "h2load", "--h1", "-c", "1", "-n", &requests.to_string(), url]), url).map(drop)
 }
 
 pub fn clock_ticks() -> f64 {

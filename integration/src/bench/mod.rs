@@ -11,17 +11,21 @@
 //! the wrk run. The load average is recorded at the start and the end. The
 //! comparisons a goal reads are measured once more in paired slices, and the
 //! `/apis` doors by a paired client ([`paired`]): rounds seconds apart let a
-//! burst from elsewhere land on one side of a ratio only.
+//! burst from elsewhere land on one side of a ratio only. Last, each door a
+//! goal compares closely has its instructions per request counted under
+//! callgrind ([`instructions`]), which the host's noise does not move.
 
 pub mod api_set;
 mod backend;
 pub mod discovery;
+mod instructions;
 pub mod load;
 mod order;
 mod paired;
 mod propagation;
 mod rebuilds;
 mod report;
+mod settings;
 pub mod variants;
 
 use std::collections::BTreeMap;
@@ -37,86 +41,8 @@ use discovery::{Added, ApisDoors, CrdHeavy, crd_heavy, real_discovery};
 use load::{Latency, Spread, Throughput};
 use order::round_order;
 pub use report::{percentile, render_table};
+pub use settings::Settings;
 use variants::Variant;
-
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub smoke: bool,
-    /// Rounds: every variant is measured once per round, in a balanced order,
-    /// so a burst of load from elsewhere on the machine hits one round of
-    /// every variant rather than all runs of one.
-    pub rounds: usize,
-    /// wrk's duration per variant per round.
-    pub duration: Duration,
-    /// h2load's duration per variant per round.
-    pub latency_duration: Duration,
-    /// h2load: connections × per-connection rate = the fixed moderate rate.
-    pub latency_workers: u32,
-    pub latency_rate_per_worker: u32,
-    /// Paired slices ([`paired`]): pairs per close comparison, each side one
-    /// wrk run this long.
-    pub pairs: usize,
-    pub slice: Duration,
-    /// The paired `/apis` client: `rounds` windows this long.
-    pub apis_window: Duration,
-    pub propagation_changes: usize,
-    pub refresh_interval: Duration,
-    /// The CRD-heavy `/apis` case: requests, spread over `crd_heavy_clients`
-    /// concurrent clients.
-    pub crd_heavy_requests: usize,
-    pub crd_heavy_clients: usize,
-    pub crd_heavy_groups: usize,
-    /// Which parts run: the front-door variants and propagation, and the
-    /// `/apis` cases. A full run (what BENCHMARKS.md holds) runs both.
-    pub front_door: bool,
-    pub discovery: bool,
-}
-
-impl Settings {
-    pub fn full() -> Settings {
-        Settings {
-            smoke: false,
-            // One full cycle of the balanced order for the six front-door
-            // variants (and two of it for the three /apis doors).
-            rounds: 6,
-            duration: Duration::from_secs(5),
-            latency_duration: Duration::from_secs(3),
-            latency_workers: 4,
-            latency_rate_per_worker: 250,
-            pairs: 20,
-            slice: Duration::from_secs(1),
-            apis_window: Duration::from_secs(8),
-            propagation_changes: 30,
-            refresh_interval: Duration::from_millis(500),
-            crd_heavy_requests: 10_000,
-            crd_heavy_clients: 16,
-            crd_heavy_groups: 3000,
-            front_door: true,
-            discovery: true,
-        }
-    }
-
-    pub fn smoke() -> Settings {
-        Settings {
-            smoke: true,
-            rounds: 2,
-            duration: Duration::from_secs(1),
-            latency_duration: Duration::from_secs(1),
-            latency_workers: 2,
-            latency_rate_per_worker: 50,
-            pairs: 1,
-            slice: Duration::from_secs(1),
-            apis_window: Duration::from_secs(1),
-            propagation_changes: 2,
-            refresh_interval: Duration::from_millis(500),
-            crd_heavy_requests: 32,
-            crd_heavy_clients: 4,
-            crd_heavy_groups: 300,
-            front_door: true,
-            discovery: true,
-        }
-    }
-}
 
 #[derive(Debug, Serialize)]
 pub struct VariantResult {
@@ -155,6 +81,10 @@ pub struct Results {
     pub crd_heavy: CrdHeavy,
     pub propagation_ms: BTreeMap<String, f64>,
     pub memory: BTreeMap<String, f64>,
+    /// Instructions per request under callgrind, per door.
+    pub instructions: BTreeMap<String, instructions::Counted>,
+    /// The goals' ratios read from those counts ([`report`]).
+    pub counted_ratios: BTreeMap<String, f64>,
     pub targets: Vec<(String, bool, String)>,
 }
 
@@ -226,7 +156,11 @@ pub async fn run(settings: Settings) -> Result<Results> {
     // runs from the start (idle ones cost nothing measurable).
     let mut backends = Vec::new();
     let mut doors = Vec::new();
-    let tables = if settings.front_door { vec![(50usize, Variant::small_table()), (5000, Variant::large_table())] } else { vec![] };
+    let tables = if settings.front_door || settings.count.is_some() {
+        vec![(50usize, Variant::small_table()), (5000, Variant::large_table())]
+    } else {
+        vec![]
+    };
     for (gvrs, list) in tables {
         let table = api_set::ApiSet::generate(gvrs);
         let servers = table.write(&dir.path().join(format!("docs-{gvrs}")))?;
@@ -237,7 +171,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
             false => None,
         };
         let capable: Vec<String> = table.routed_servers();
-        for variant in list {
+        for variant in list.into_iter().filter(|_| settings.front_door) {
             let (listen, admin) = two_ports();
             let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
             let envoy = backend.envoy(&format!("{}-{gvrs}", variant.name()), &config, listen, admin, 1, variant.uses_wasm()).await?;
@@ -251,7 +185,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
             }
             doors.push(Door { variant, gvrs, _envoy: envoy, admin, url, pids, rps: vec![], requests: 0, cpu_us: vec![], latency: vec![] });
         }
-        backends.push((backend, table));
+        backends.push((backend, table, gvrs));
     }
     for round in 0..if doors.is_empty() { 0 } else { settings.rounds } {
         eprintln!("round {}/{} (load average {})", round + 1, settings.rounds, load::load_average());
@@ -273,7 +207,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
     let mut variants_out = Vec::new();
     for d in &doors {
         if d.variant.uses_wasm() && d.gvrs == 5000 {
-            let bytes = backends.first().map(|(b, _)| b).map(|b| b.stat(d.admin, VM_MEMORY_STAT));
+            let bytes = backends.first().map(|(b, ..)| b).map(|b| b.stat(d.admin, VM_MEMORY_STAT));
             let bytes = match bytes {
                 Some(f) => f.await.unwrap_or(0),
                 None => 0,
@@ -331,7 +265,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
     drop(doors);
 
     // Propagation: discovery change → every worker routes by it.
-    if let Some((backend, table)) = backends.first() {
+    if let Some((backend, table, _)) = backends.first().filter(|_| settings.front_door) {
         let (listen, admin) = two_ports();
         let config = Variant::Wasm.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
         let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
@@ -341,6 +275,10 @@ pub async fn run(settings: Settings) -> Result<Results> {
         memory.insert("propagation_p50_ms".into(), percentile(&samples, 50.0));
         memory.insert("propagation_p99_ms".into(), percentile(&samples, 99.0));
     }
+    let instructions = match &settings.count {
+        Some(plan) => instructions::count_doors(dir.path(), &backends, plan, settings.smoke).await?,
+        None => BTreeMap::new(),
+    };
     drop(backends);
 
     let (mut apis, mut crd_heavy_out) = (None, CrdHeavy::default());
@@ -384,6 +322,8 @@ pub async fn run(settings: Settings) -> Result<Results> {
         crd_heavy: crd_heavy_out,
         propagation_ms: BTreeMap::new(),
         memory,
+        instructions,
+        counted_ratios: BTreeMap::new(),
         targets: vec![],
     };
     results.variants.sort_by_key(|v| v.number);

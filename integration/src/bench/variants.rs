@@ -4,6 +4,8 @@
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
+use mvp_contract::headers::ROUTE;
+
 use super::api_set::ApiSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +23,23 @@ pub enum Variant {
     /// dispatch floor any Rust-SDK filter pays. Configured as a root without
     /// a router (the filter's fail-safe: every request passes untouched).
     WasmFloor,
+    /// (7) the routing floor: the least any proxy-wasm filter that routes by
+    /// a header does (`integration/routing-floor`: read `:path`, write a
+    /// fixed route header). Counted only ([`super::instructions`]).
+    RoutingFloor,
+    /// (8) the same in Lua. Counted only.
+    LuaRoutingFloor,
 }
 
 impl Variant {
     pub fn small_table() -> Vec<Variant> {
         vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::ExtProc, Variant::WasmFloor]
+    }
+
+    /// The doors counted under callgrind: all but (5), whose cost is
+    /// mostly its ext_proc server's, and the two routing floors.
+    pub fn counted() -> Vec<Variant> {
+        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::WasmFloor, Variant::RoutingFloor, Variant::LuaRoutingFloor]
     }
 
     pub fn large_table() -> Vec<Variant> {
@@ -39,6 +53,8 @@ impl Variant {
             Variant::Lua => "lua",
             Variant::ExtProc => "ext-proc",
             Variant::WasmFloor => "wasm-floor",
+            Variant::RoutingFloor => "routing-floor",
+            Variant::LuaRoutingFloor => "lua-routing-floor",
         }
     }
 
@@ -49,11 +65,13 @@ impl Variant {
             Variant::Lua => "Envoy + Lua filter, same routing",
             Variant::ExtProc => "Envoy + ext_proc routing every request",
             Variant::WasmFloor => "Envoy + the same wasm module doing nothing (floor)",
+            Variant::RoutingFloor => "Envoy + a proxy-wasm module that reads :path and writes a fixed route header (routing floor)",
+            Variant::LuaRoutingFloor => "Envoy + a Lua filter that reads :path and writes a fixed route header (Lua routing floor)",
         }
     }
 
     /// The issue's numbering: (1) no filter, (2) wasm 50, (3) wasm 5,000,
-    /// (4) Lua, (5) ext_proc.
+    /// (4) Lua, (5) ext_proc; then the floors.
     pub fn number(&self, gvrs: usize) -> u32 {
         match (self, gvrs > 50) {
             (Variant::NoFilter, _) => 1,
@@ -62,6 +80,8 @@ impl Variant {
             (Variant::Lua, _) => 4,
             (Variant::ExtProc, _) => 5,
             (Variant::WasmFloor, _) => 6,
+            (Variant::RoutingFloor, _) => 7,
+            (Variant::LuaRoutingFloor, _) => 8,
         }
     }
 
@@ -100,10 +120,13 @@ impl Variant {
                 wasm["typed_config"]["config"]["configuration"]["value"] =
                     json!(r#"{"role":"refresher","cluster":"none","poll_interval_ms":3600000}"#);
             }
-            Variant::Lua => {
+            Variant::Lua | Variant::LuaRoutingFloor => {
                 remove_filter(hcm, "mvp.route");
                 remove_ext_proc(hcm);
-                let code = LUA.replace("__TABLE__", &table.lua_table(address));
+                let code = match self {
+                    Variant::Lua => LUA.replace("__TABLE__", &table.lua_table(address)),
+                    _ => LUA_ROUTING_FLOOR.replace("__HOSTS__", &fixed_hosts(table, address)),
+                };
                 insert_before_router(hcm, json!({
                     "name": "envoy.filters.http.lua",
                     "typed_config": {
@@ -111,6 +134,16 @@ impl Variant {
                         "default_source_code": {"inline_string": code},
                     },
                 }));
+            }
+            Variant::RoutingFloor => {
+                remove_ext_proc(hcm);
+                let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
+                let wasm = filters.iter_mut().find(|f| f["name"] == "mvp.route").context("wasm filter")?;
+                let plugin = &mut wasm["typed_config"]["config"];
+                // Its own VM: shared data and VMs are per vm_id.
+                plugin["vm_config"]["vm_id"] = json!("bench-routing-floor");
+                plugin["vm_config"]["code"]["local"]["filename"] = json!(crate::harness::routing_floor_wasm()?.to_string_lossy());
+                plugin["configuration"]["value"] = json!(format!("{ROUTE}\n{}", fixed_hosts(table, address)));
             }
             Variant::ExtProc => {
                 remove_filter(hcm, "mvp.route");
@@ -134,6 +167,12 @@ impl Variant {
 }
 
 const ROUTER_CLUSTER: &str = "bench_ext_proc_router";
+
+/// The routing floors' fixed route header value: the benchmark path's
+/// capable apiservers, as the filter would pin them.
+fn fixed_hosts(table: &ApiSet, address: &dyn Fn(&str) -> String) -> String {
+    table.routed_servers().iter().map(|n| address(n)).collect::<Vec<_>>().join(",")
+}
 
 fn add_router_cluster(config: &mut Value, port: u16) -> Result<()> {
     let clusters = config.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut).context("clusters")?;
@@ -205,6 +244,16 @@ pub fn ext_proc_to_pass_through(config: &mut Value, port: u16) -> Result<()> {
     ext["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"] = json!(ROUTER_CLUSTER);
     Ok(())
 }
+
+/// Variant (8): the Lua routing floor, (7)'s work in Lua.
+const LUA_ROUTING_FLOOR: &str = r#"
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  local path = headers:get(":path")
+  headers:replace("x-mvp-route", "__HOSTS__")
+  handle:clearRouteCache()
+end
+"#;
 
 /// What a user might write instead of the wasm filter: the same RequestInfo
 /// walk (no percent-decoding, no fieldSelector: strictly less work) and the

@@ -14,9 +14,10 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Run one part only, while iterating on it: `front-door` (the filter
-    /// variants and propagation) or `discovery` (the `/apis` cases).
+    /// variants and propagation), `discovery` (the `/apis` cases) or
+    /// `instructions` (instructions per request under callgrind).
     /// BENCHMARKS.md holds full runs.
-    #[arg(long, value_parser = ["front-door", "discovery"])]
+    #[arg(long, value_parser = ["front-door", "discovery", "instructions"])]
     only: Option<String>,
     /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
     #[arg(long)]
@@ -31,8 +32,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
     match args.only.as_deref() {
-        Some("front-door") => settings.discovery = false,
-        Some("discovery") => settings.front_door = false,
+        Some("front-door") => (settings.discovery, settings.count) = (false, None),
+        Some("discovery") => (settings.front_door, settings.count) = (false, None),
+        Some("instructions") => (settings.front_door, settings.discovery) = (false, false),
         _ => {}
     }
     if let Some(n) = args.crd_heavy_requests {

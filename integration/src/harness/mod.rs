@@ -26,6 +26,6 @@ pub use secure::tls_client_config;
 pub use process::{Proc, free_ports, wait_for};
 pub use served::{ServedResource, served_resources};
 pub use tools::{
-    decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, python, wasm_file, workspace_root,
+    decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, python, routing_floor_wasm, wasm_file, workspace_root,
 };
 pub use topology::{Ports, Topology, edit_http_filters};

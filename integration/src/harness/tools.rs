@@ -46,6 +46,11 @@ pub fn wasm_file() -> Result<PathBuf> {
     require(target_dir().join("wasm32-wasip1/wasm/mvp_wasm_filter.wasm"), "the wasm filter")
 }
 
+/// The benchmark's routing floor (`integration/routing-floor`).
+pub fn routing_floor_wasm() -> Result<PathBuf> {
+    require(target_dir().join("wasm32-wasip1/wasm/bench_routing_floor.wasm"), "the benchmark's routing-floor module")
+}
+
 fn tool_from_env_or(var: &str, pattern: &str, what: &str) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(var) {
         return require(PathBuf::from(p), what);

@@ -61,6 +61,9 @@ pub struct Topology {
     /// (`--grpc-listen unix:PATH`, beside the TCP port), and Envoy reaches it
     /// there (`--ext-proc unix:PATH`).
     pub grpc_unix: Option<std::path::PathBuf>,
+    /// How long Envoy may take to become ready, and then to route by the
+    /// published table (longer where it runs under valgrind).
+    pub envoy_start_within: Duration,
 }
 
 impl Topology {
@@ -75,6 +78,7 @@ impl Topology {
             serve_extra: vec![],
             access_log: true,
             grpc_unix: None,
+            envoy_start_within: Duration::from_secs(30),
         }
     }
 
@@ -188,7 +192,7 @@ impl Topology {
 
     pub async fn wait_envoy_ready(&self, http: &reqwest::Client) -> Result<()> {
         let ready = format!("http://127.0.0.1:{}/ready", self.ports.admin);
-        wait_for("Envoy to be ready", Duration::from_secs(30), || async {
+        wait_for("Envoy to be ready", self.envoy_start_within, || async {
             http.get(&ready).send().await.ok().filter(|r| r.status().is_success())
         })
         .await?;
@@ -209,7 +213,7 @@ impl Topology {
     /// read this gauge on every request, so from then on every
     /// request is routed by that table.
     pub async fn wait_table_published(&self, http: &reqwest::Client, accept: impl Fn(&Value) -> bool) -> Result<()> {
-        wait_for("the routing table to reach Envoy", Duration::from_secs(20), || async {
+        wait_for("the routing table to reach Envoy", self.envoy_start_within, || async {
             let t = self.table(http).await?;
             if !accept(&t) {
                 return None;

@@ -1,0 +1,90 @@
+//! What one run measures and for how long: the full run BENCHMARKS.md holds,
+//! and the smoke run the tests make.
+
+use std::time::Duration;
+
+use super::instructions;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub smoke: bool,
+    /// Rounds: every variant is measured once per round, in a balanced order,
+    /// so a burst of load from elsewhere on the machine hits one round of
+    /// every variant rather than all runs of one.
+    pub rounds: usize,
+    /// wrk's duration per variant per round.
+    pub duration: Duration,
+    /// h2load's duration per variant per round.
+    pub latency_duration: Duration,
+    /// h2load: connections × per-connection rate = the fixed moderate rate.
+    pub latency_workers: u32,
+    pub latency_rate_per_worker: u32,
+    /// Paired slices ([`paired`]): pairs per close comparison, each side one
+    /// wrk run this long.
+    pub pairs: usize,
+    pub slice: Duration,
+    /// The paired `/apis` client: `rounds` windows this long.
+    pub apis_window: Duration,
+    pub propagation_changes: usize,
+    pub refresh_interval: Duration,
+    /// The CRD-heavy `/apis` case: requests, spread over `crd_heavy_clients`
+    /// concurrent clients.
+    pub crd_heavy_requests: usize,
+    pub crd_heavy_clients: usize,
+    pub crd_heavy_groups: usize,
+    /// Which parts run: the front-door variants and propagation, and the
+    /// `/apis` cases. A full run (what BENCHMARKS.md holds) runs both.
+    pub front_door: bool,
+    pub discovery: bool,
+    /// Instructions per request under callgrind ([`instructions`]), for the
+    /// doors the goals compare closely.
+    pub count: Option<instructions::Plan>,
+}
+
+impl Settings {
+    pub fn full() -> Settings {
+        Settings {
+            smoke: false,
+            // One full cycle of the balanced order for the six front-door
+            // variants (and two of it for the three /apis doors).
+            rounds: 6,
+            duration: Duration::from_secs(5),
+            latency_duration: Duration::from_secs(3),
+            latency_workers: 4,
+            latency_rate_per_worker: 250,
+            pairs: 20,
+            slice: Duration::from_secs(1),
+            apis_window: Duration::from_secs(8),
+            propagation_changes: 30,
+            refresh_interval: Duration::from_millis(500),
+            crd_heavy_requests: 10_000,
+            crd_heavy_clients: 16,
+            crd_heavy_groups: 3000,
+            front_door: true,
+            discovery: true,
+            count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5) }),
+        }
+    }
+
+    pub fn smoke() -> Settings {
+        Settings {
+            smoke: true,
+            rounds: 2,
+            duration: Duration::from_secs(1),
+            latency_duration: Duration::from_secs(1),
+            latency_workers: 2,
+            latency_rate_per_worker: 50,
+            pairs: 1,
+            slice: Duration::from_secs(1),
+            apis_window: Duration::from_secs(1),
+            propagation_changes: 2,
+            refresh_interval: Duration::from_millis(500),
+            crd_heavy_requests: 32,
+            crd_heavy_clients: 4,
+            crd_heavy_groups: 300,
+            front_door: true,
+            discovery: true,
+            count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1) }),
+        }
+    }
+}
