@@ -126,7 +126,8 @@ impl Variant {
                 let code = match self {
                     Variant::Lua => LUA.replace("__TABLE__", &table.lua_table(address)),
                     _ => LUA_ROUTING_FLOOR.replace("__HOSTS__", &fixed_hosts(table, address)),
-                };
+                }
+                .replace("__ROUTE__", ROUTE);
                 insert_before_router(hcm, json!({
                     "name": "envoy.filters.http.lua",
                     "typed_config": {
@@ -250,7 +251,7 @@ const LUA_ROUTING_FLOOR: &str = r#"
 function envoy_on_request(handle)
   local headers = handle:headers()
   local path = headers:get(":path")
-  headers:replace("x-mvp-route", "__HOSTS__")
+  headers:replace("__ROUTE__", "__HOSTS__")
   handle:clearRouteCache()
 end
 "#;
@@ -291,7 +292,7 @@ function envoy_on_request(handle)
   local gt = T[g]; if gt == nil then return end
   local vt = gt[v]; if vt == nil then return end
   local e = vt[r]; if e == nil then return end
-  headers:replace("x-mvp-route", e[1])
+  headers:replace("__ROUTE__", e[1])
   -- Lua does not clear the route cache by itself.
   handle:clearRouteCache()
 end
