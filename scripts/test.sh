@@ -2,8 +2,9 @@
 # Runs every test: lints that keep panics out of the filter, unit and
 # property tests, and the end-to-end tests with real Envoy, mvp-ext-proc,
 # fake apiservers, real kube-apiservers and real clients on loopback.
-# Installs what it needs; the real kube-apiserver is built once and cached
-# outside the work tree (scripts/kube-apiserver.sh: ~8 minutes the first time),
+# Installs what it needs; the real kube-apiservers are built once and cached
+# outside the work tree (scripts/kube-apiserver.sh, v1.20: ~8 minutes the
+# first time; scripts/kube-release.sh, each current release: ~? minutes),
 # as is the fuzz build (scripts/fuzz.sh: ~6 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,10 @@ scripts/bootstrap.sh
 scripts/build.sh
 MVP_KUBE_APISERVER=$(scripts/kube-apiserver.sh)
 export MVP_KUBE_APISERVER
+# Current releases for the real tier, from Go modules (scripts/kube-releases).
+while read -r release; do
+  scripts/kube-release.sh "$release" >/dev/null
+done < scripts/kube-releases
 
 echo "==> clippy (the filter denies unwrap/expect/panic/indexing)" >&2
 cargo clippy --locked -p mvp-wasm-filter -p mvp-routing -p bench-routing-floor --target wasm32-wasip1 --profile wasm -- -D warnings

@@ -1,11 +1,16 @@
-//! Real kube-apiservers for the real tier: Kubernetes v1.20.2 (the newest
-//! that can be built here; `scripts/kube-apiserver.sh` builds and caches it)
-//! on one etcd, with the PKI of a kubeadm control plane: a serving CA, a
-//! client CA, a separate front-proxy CA that signs the front door's proxy
-//! client certificate (`CN=front-proxy-client`), a token file, RBAC.
+//! Real kube-apiservers for the real tier, on one etcd, with the PKI of a
+//! kubeadm control plane: a serving CA, a client CA, a separate front-proxy
+//! CA that signs the front door's proxy client certificate
+//! (`CN=front-proxy-client`), a token file, RBAC.
 //!
-//! Each apiserver can be stopped and started again with other flags, on the
-//! same address, as during an upgrade.
+//! Two kinds of build ([`Release`]): v1.20.2 from Debian's source
+//! (`scripts/kube-apiserver.sh`; older than aggregated discovery), and
+//! current releases from the Go module proxy (`scripts/kube-release.sh`, the
+//! versions in `scripts/kube-releases`), which can also run as an older
+//! release (`--emulated-version`) and with kube's own Mixed Version Proxy.
+//!
+//! Each apiserver can be stopped and started again with other flags or
+//! another release, on the same address, as during an upgrade.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,27 +24,91 @@ use crate::pki::{Leaf, Pki};
 /// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
 pub const TOKENS: &[(&str, &str, &str)] = &[("admin-token", "token-admin", "system:masters"), ("nobody-token", "nobody", "nobodies")];
 
-/// The built kube-apiserver: `MVP_KUBE_APISERVER`, else where
-/// `scripts/kube-apiserver.sh` caches it.
-pub fn kube_apiserver_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("MVP_KUBE_APISERVER") {
-        return Ok(PathBuf::from(p));
+/// The current releases the real tier builds from Go modules, newest first
+/// (written once: `scripts/test.sh` builds each line).
+const RELEASES: &str = include_str!("../../../scripts/kube-releases");
+
+/// A real kube-apiserver build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// v1.20.2, from Debian's source package.
+    V1_20,
+    /// A current release built from Go modules: `(minor, "1.MINOR.PATCH")`.
+    Modules(u32, &'static str),
+}
+
+impl Release {
+    /// The newest built release of minor `1.minor` (`scripts/kube-releases`).
+    pub fn minor(minor: u32) -> Release {
+        let prefix = format!("1.{minor}.");
+        let version = RELEASES.lines().map(str::trim).find(|l| l.starts_with(&prefix));
+        match version {
+            Some(v) => Release::Modules(minor, v),
+            None => panic!("scripts/kube-releases builds no 1.{minor}.x"),
+        }
     }
+
+    /// The kube-apiserver binary of this release: `MVP_KUBE_APISERVER` for
+    /// v1.20, else where the build scripts cache it.
+    pub fn bin(self) -> Result<PathBuf> {
+        let (bin, script) = match self {
+            Release::V1_20 => {
+                if let Some(p) = std::env::var_os("MVP_KUBE_APISERVER") {
+                    return Ok(PathBuf::from(p));
+                }
+                (cache_dir()?.join("kube-apiserver-v1.20.2/kube-apiserver"), "scripts/kube-apiserver.sh".to_string())
+            }
+            Release::Modules(_, v) => (cache_dir()?.join(format!("kube-v{v}/kube-apiserver")), format!("scripts/kube-release.sh {v}")),
+        };
+        if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found: run {script} (scripts/test.sh does)", bin.display())) }
+    }
+
+    /// kube-controller-manager of the same release (current releases only).
+    pub fn controller_manager_bin(self) -> Result<PathBuf> {
+        let bin = self.bin()?.with_file_name("kube-controller-manager");
+        if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found", bin.display())) }
+    }
+}
+
+fn cache_dir() -> Result<PathBuf> {
     let cache = std::env::var_os("MVP_CACHE_DIR").map(PathBuf::from).or_else(|| {
         std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .map(|c| c.join("mvp-envoy"))
     });
-    let bin = cache.context("no cache directory (HOME unset)")?.join("kube-apiserver-v1.20.2/kube-apiserver");
-    if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found: run scripts/kube-apiserver.sh (scripts/test.sh does)", bin.display())) }
+    cache.context("no cache directory (HOME unset)")
 }
 
-/// One real apiserver: its name, port and the extra flags it runs with.
+/// The v1.20.2 kube-apiserver (see [`Release::bin`]).
+pub fn kube_apiserver_bin() -> Result<PathBuf> {
+    Release::V1_20.bin()
+}
+
+/// What one real apiserver runs: its name, build and extra flags.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub name: String,
+    pub release: Release,
+    pub args: Vec<String>,
+    /// kube's own Mixed Version Proxy and peer-aggregated discovery
+    /// (`--peer-ca-file`, the proxy client certificate, the peer address).
+    pub kube_mvp: bool,
+}
+
+impl Spec {
+    pub fn new(name: &str, release: Release, args: &[&str]) -> Spec {
+        Spec { name: name.into(), release, args: args.iter().map(|s| s.to_string()).collect(), kube_mvp: false }
+    }
+}
+
+/// One real apiserver: its spec, port and process.
 pub struct RealApiserver {
     pub name: String,
     pub port: u16,
+    pub release: Release,
     pub extra_args: Vec<String>,
+    pub kube_mvp: bool,
     pub proc: Option<Proc>,
 }
 
@@ -65,8 +134,14 @@ pub struct RealControlPlane {
 }
 
 impl RealControlPlane {
-    /// etcd and one apiserver per `(name, extra flags)`, all ready.
+    /// etcd and one v1.20 apiserver per `(name, extra flags)`, all ready.
     pub async fn start(specs: &[(&str, &[&str])]) -> Result<RealControlPlane> {
+        let specs: Vec<Spec> = specs.iter().map(|(name, args)| Spec::new(name, Release::V1_20, args)).collect();
+        RealControlPlane::start_specs(&specs).await
+    }
+
+    /// etcd and one apiserver per spec, started in order, all ready.
+    pub async fn start_specs(specs: &[Spec]) -> Result<RealControlPlane> {
         let dir = tempfile::Builder::new().prefix("mvp-real-").tempdir()?;
         let pki = Arc::new(Pki::new(dir.path())?);
         let mut ports = free_ports(2 + specs.len()).into_iter();
@@ -98,10 +173,12 @@ impl RealControlPlane {
 
         let apiservers = specs
             .iter()
-            .map(|(name, extra)| RealApiserver {
-                name: name.to_string(),
+            .map(|spec| RealApiserver {
+                name: spec.name.clone(),
                 port: ports.next().unwrap_or(0),
-                extra_args: extra.iter().map(|s| s.to_string()).collect(),
+                release: spec.release,
+                extra_args: spec.args.clone(),
+                kube_mvp: spec.kube_mvp,
                 proc: None,
             })
             .collect();
@@ -123,7 +200,6 @@ impl RealControlPlane {
             format!("--etcd-servers={}", self.etcd_url),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={}", a.port),
-            "--insecure-port=0".into(),
             "--advertise-address=127.0.0.1".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--endpoint-reconciler-type=none".into(),
@@ -142,6 +218,26 @@ impl RealControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--profiling=false".into(),
         ];
+        if a.release == Release::V1_20 {
+            // Removed in 1.24; v1.20 serves plain HTTP on 8080 without it.
+            args.push("--insecure-port=0".into());
+        }
+        if a.kube_mvp {
+            // kube's own MVP: peers verify each other's serving certificates
+            // with the serving CA (SNI kubernetes.default.svc) and proxy with
+            // the front-proxy client certificate; each advertises its own
+            // port (every server is on 127.0.0.1 here).
+            args.extend([
+                format!("--peer-ca-file={}", arg(&self.pki.serving.cert_file)),
+                format!("--proxy-client-cert-file={}", arg(&self.pki.proxy_client.cert_file)),
+                format!("--proxy-client-key-file={}", arg(&self.pki.proxy_client.key_file)),
+                "--peer-advertise-ip=127.0.0.1".into(),
+                format!("--peer-advertise-port={}", a.port),
+            ]);
+            if matches!(a.release, Release::Modules(m, _) if m < 36) {
+                args.push("--feature-gates=UnknownVersionInteroperabilityProxy=true".into());
+            }
+        }
         args.extend(a.extra_args.iter().cloned());
         Ok(args)
     }
@@ -151,7 +247,18 @@ impl RealControlPlane {
         let a = self.apiservers.get(i).context("no such apiserver")?;
         let args = self.args(a)?;
         let name = a.name.clone();
-        let proc = Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), &kube_apiserver_bin()?, &args)?;
+        let bin = a.release.bin()?;
+        let proc = match a.release {
+            Release::V1_20 => Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), &bin, &args)?,
+            // Each server with its own hostname, as on its own node: 1.26+
+            // derives the apiserver identity (the identity Lease's name, and
+            // who is a peer of whom) from the hostname.
+            Release::Modules(..) => {
+                let mut all = vec!["--uts".to_string(), "--".into(), "sh".into(), "-c".into(), "hostname \"$0\" && exec \"$@\"".into(), name.clone(), arg(&bin)];
+                all.extend(args);
+                Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), Path::new("unshare"), &all)?
+            }
+        };
         if let Some(a) = self.apiservers.get_mut(i) {
             a.proc = Some(proc);
         }
