@@ -19,12 +19,15 @@ use serde_json::Value;
 /// into `/apis` unless asked for `profile=nopeer`).
 const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
 
-/// The skew: three releases, each with alpha/beta APIs the others lack.
+/// The skew: three releases, each serving resources the others lack — by
+/// release (1.37 serves `mutatingadmissionpolicies` in
+/// `admissionregistration.k8s.io/v1`, a group-version every server serves)
+/// and by `--runtime-config` (beta and alpha versions one server enables).
 fn three_releases() -> Vec<Spec> {
     vec![
-        Spec::new("kas-134", Release::minor(34), &["--runtime-config=storagemigration.k8s.io/v1alpha1=true,resource.k8s.io/v1beta1=true"]),
-        Spec::new("kas-135", Release::minor(37), &["--emulated-version=1.35", "--runtime-config=scheduling.k8s.io/v1alpha1=true"]),
-        Spec::new("kas-137", Release::minor(37), &["--runtime-config=api/alpha=true"]),
+        Spec::new("kas-134", Release::minor(34), &["--runtime-config=storage.k8s.io/v1alpha1=true"]),
+        Spec::new("kas-135", Release::minor(37), &["--emulated-version=1.35", "--runtime-config=networking.k8s.io/v1beta1=true"]),
+        Spec::new("kas-137", Release::minor(37), &["--runtime-config=certificates.k8s.io/v1beta1=true,storagemigration.k8s.io/v1beta1=true"]),
     ]
 }
 
@@ -74,11 +77,11 @@ async fn emulated_and_older_releases_serve_different_apis() {
         eprintln!("{name}: {} listable, {} not on every server: {only:?}", own.len(), only.len());
         assert!(!only.is_empty(), "{name} serves nothing the others lack");
     }
-    // What each reports as its version: emulation changes /version too.
-    for (a, want) in cp.apiservers.iter().zip(["v1.34.", "v1.35.", "v1.37."]) {
+    // Emulation changes the API surface and /version's emulationMinor, not
+    // the binary's gitVersion: a client reading gitVersion sees 1.37.
+    for (a, (git, emulation)) in cp.apiservers.iter().zip([("v1.34.4", "34"), ("v1.37.2", "35"), ("v1.37.2", "37")]) {
         let v: Value = cp.http.get(format!("{}/version", a.url())).send().await.unwrap().json().await.unwrap();
-        eprintln!("{} /version: {v}", a.name);
-        let _ = want;
+        assert_eq!((v["gitVersion"].as_str(), v["emulationMinor"].as_str()), (Some(git), Some(emulation)), "{}: {v}", a.name);
     }
 }
 

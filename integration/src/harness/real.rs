@@ -265,19 +265,25 @@ impl RealControlPlane {
         self.wait_ready(i).await
     }
 
-    pub async fn wait_ready(&self, i: usize) -> Result<()> {
+    /// Waits until apiserver `i` answers `/readyz` with 200; fails at once,
+    /// with its log, if it exits (a flag this release rejects).
+    pub async fn wait_ready(&mut self, i: usize) -> Result<()> {
         let a = self.apiservers.get(i).context("no such apiserver")?;
-        let url = format!("{}/readyz", a.url());
-        let what = format!("kube-apiserver {} to be ready", a.name);
-        let ready = wait_for(&what, Duration::from_secs(120), || async {
-            self.http.get(&url).send().await.ok().filter(|r| r.status().is_success())
-        })
-        .await;
-        if let Err(e) = ready {
-            let tail = a.proc.as_ref().map(|p| p.log_tail(30)).unwrap_or_default();
-            return Err(anyhow!("{e:#}\n----- kube-apiserver {} -----\n{tail}", a.name));
+        let (url, name) = (format!("{}/readyz", a.url()), a.name.clone());
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            if self.http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            let a = self.apiservers.get_mut(i).context("no such apiserver")?;
+            let exited = !a.proc.as_mut().is_some_and(|p| p.is_running());
+            if exited || std::time::Instant::now() >= deadline {
+                let tail = a.proc.as_ref().map(|p| p.log_tail(30)).unwrap_or_default();
+                let why = if exited { "exited" } else { "not ready after 120 s" };
+                return Err(anyhow!("kube-apiserver {name} {why}\n----- kube-apiserver {name} -----\n{tail}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(())
     }
 
     /// Stops apiserver `i` (SIGKILL).
