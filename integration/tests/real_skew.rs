@@ -11,25 +11,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use integration::harness::real::{RealControlPlane, Release, Spec, TOKENS};
+use integration::harness::real::{RealControlPlane, TOKENS, three_releases};
 use integration::harness::{FrontDoor, Options, edit_http_filters};
 use serde_json::{Value, json};
 
 /// Aggregated discovery of one server alone (kube 1.35+ merges its peers'
 /// into `/apis` unless asked for `profile=nopeer`).
 const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
-
-/// The skew: three releases, each serving resources the others lack — by
-/// release (1.37 serves `mutatingadmissionpolicies` in
-/// `admissionregistration.k8s.io/v1`, a group-version every server serves)
-/// and by `--runtime-config` (beta and alpha versions one server enables).
-fn three_releases() -> Vec<Spec> {
-    vec![
-        Spec::new("kas-134", Release::minor(34), &["--runtime-config=storage.k8s.io/v1alpha1=true"]),
-        Spec::new("kas-135", Release::minor(37), &["--emulated-version=1.35", "--runtime-config=networking.k8s.io/v1beta1=true"]),
-        Spec::new("kas-137", Release::minor(37), &["--runtime-config=certificates.k8s.io/v1beta1=true,storagemigration.k8s.io/v1beta1=true"]),
-    ]
-}
 
 /// `(path prefix, resource)` of every listable top-level resource a server
 /// lists in its own aggregated discovery of `/api` and `/apis`.

@@ -38,20 +38,33 @@ pub fn encode(list: &APIGroupDiscoveryList) -> Vec<u8> {
 /// [`item_head`] and the bytes an earlier build wrote), then
 /// [`envelope_end`].
 pub fn envelope(items: &[usize], out: &mut Vec<u8>) {
-    let raw = nested_len(1, 0) + items.iter().map(|&n| nested_len(2, n)).sum::<usize>();
+    let raw = nested_len(1, LIST_META.len()) + items.iter().map(|&n| nested_len(2, n)).sum::<usize>();
     out.extend_from_slice(b"k8s\x00");
     head(1, str_len(1, ad::API_VERSION) + str_len(2, ad::KIND), out);
     string(1, ad::API_VERSION, out);
     string(2, ad::KIND, out);
     head(2, raw, out);
-    head(1, 0, out);
+    head(1, LIST_META.len(), out);
+    out.extend_from_slice(&LIST_META);
 }
+
+/// `ListMeta` as kube's generated marshaller writes an empty one:
+/// `selfLink`, `resourceVersion` and `continue`, each an empty string (a nil
+/// `remainingItemCount` not at all).
+const LIST_META: [u8; 6] = [0x0a, 0, 0x12, 0, 0x1a, 0];
+
+/// What follows `name` in a group's `ObjectMeta` as kube writes it: the
+/// other non-pointer fields, empty — `generateName`, `namespace`,
+/// `selfLink`, `uid`, `resourceVersion` (empty strings), `generation` (0)
+/// and `creationTimestamp` (the zero Time: an empty message). Byte for byte
+/// what real 1.34 and 1.37 servers send (tests/real_kube_mvp.rs).
+const OBJECT_META_REST: [u8; 14] = [0x12, 0, 0x1a, 0, 0x22, 0, 0x2a, 0, 0x32, 0, 0x38, 0, 0x42, 0];
 
 /// The most bytes [`envelope`] writes (the length of `raw` at its longest).
 pub fn envelope_max_len() -> usize {
     let mut out = Vec::new();
     envelope(&[], &mut out);
-    out.len() - encoded_len_varint(nested_len(1, 0) as u64) + encoded_len_varint(u64::MAX)
+    out.len() - encoded_len_varint(nested_len(1, LIST_META.len()) as u64) + encoded_len_varint(u64::MAX)
 }
 
 /// The tag and length of a group of the list, `len` the length of its
@@ -90,7 +103,7 @@ impl Lengths {
     /// Appends `g`'s nested lengths; returns the length of `g` itself (what
     /// [`item_head`] needs).
     fn measure(&mut self, g: &APIGroupDiscovery) -> usize {
-        let mut group = nested_len(1, str_len(1, &g.metadata.name));
+        let mut group = nested_len(1, object_meta_len(&g.metadata.name));
         for v in &g.versions {
             let version_at = self.slot();
             let mut version = str_len(1, &v.version) + str_len(3, &v.freshness);
@@ -133,8 +146,9 @@ struct Writer<'a>(std::slice::Iter<'a, usize>);
 impl Writer<'_> {
     /// One `APIGroupDiscovery`, without its own tag and length.
     fn group(&mut self, g: &APIGroupDiscovery, out: &mut Vec<u8>) {
-        head(1, str_len(1, &g.metadata.name), out);
+        head(1, object_meta_len(&g.metadata.name), out);
         string(1, &g.metadata.name, out);
+        out.extend_from_slice(&OBJECT_META_REST);
         for v in &g.versions {
             head(2, self.next(), out);
             string(1, &v.version, out);
@@ -203,6 +217,10 @@ fn subresource_len(s: &ad::APISubresourceDiscovery) -> usize {
 
 fn gvk_len(k: &ad::GroupVersionKind) -> usize {
     str_len(1, &k.group) + str_len(2, &k.version) + str_len(3, &k.kind)
+}
+
+fn object_meta_len(name: &str) -> usize {
+    str_len(1, name) + OBJECT_META_REST.len()
 }
 
 fn nested_len(tag: u32, len: usize) -> usize {
@@ -307,12 +325,21 @@ mod tests {
     /// The same document through prost's generated messages.
     fn by_prost(list: &APIGroupDiscoveryList) -> Vec<u8> {
         let msg = pbd::ApiGroupDiscoveryList {
-            metadata: Some(pbmeta::ListMeta::default()),
+            metadata: Some(pbmeta::ListMeta { self_link: Some(String::new()), resource_version: Some(String::new()), r#continue: Some(String::new()), remaining_item_count: None }),
             items: list
                 .items
                 .iter()
                 .map(|g| pbd::ApiGroupDiscovery {
-                    metadata: Some(pbmeta::ObjectMeta { name: Some(g.metadata.name.to_string()) }),
+                    metadata: Some(pbmeta::ObjectMeta {
+                        name: Some(g.metadata.name.to_string()),
+                        generate_name: Some(String::new()),
+                        namespace: Some(String::new()),
+                        self_link: Some(String::new()),
+                        uid: Some(String::new()),
+                        resource_version: Some(String::new()),
+                        generation: Some(0),
+                        creation_timestamp: Some(pbmeta::Time::default()),
+                    }),
                     versions: g
                         .versions
                         .iter()

@@ -35,10 +35,15 @@ pub fn decide_v3_index<'d>(x: &Exchange, up: &Upstream<'_>, merged: &'d MergedOp
     if up.status != "200" {
         return Outcome::Pass(Pass::UpstreamStatus);
     }
-    if !up.content_type.to_ascii_lowercase().starts_with("application/json") {
+    // kube-openapi's handler3 writes the index with http.ServeContent and
+    // no Content-Type, so real 1.27+ servers label it `text/plain;
+    // charset=utf-8` (found behind real 1.34/1.37 servers); the merged index
+    // keeps whatever label the apiserver chose.
+    let ct = up.content_type.to_ascii_lowercase();
+    if !(ct.starts_with("application/json") || ct.starts_with("text/plain")) {
         return Outcome::Pass(Pass::NotRewritable);
     }
-    replace(x, up, merged.v3_index.as_ref(), Some("application/json"), "merged")
+    replace(x, up, merged.v3_index.as_ref(), None, "merged")
 }
 
 fn replace<'d>(x: &Exchange, up: &Upstream<'_>, doc: Option<&'d Merged>, content_type: Option<&'static str>, result: &'static str) -> Outcome<'d> {
@@ -92,11 +97,14 @@ mod tests {
     }
 
     #[test]
-    fn v3_index_is_json_only() {
+    fn v3_index_is_replaced_in_the_label_the_apiserver_chose() {
         let m = merged();
         let x = Exchange::new(None, None, None);
-        let Outcome::Replace(r) = decide_v3_index(&x, &up("200", "application/json", None), &m) else { panic!() };
-        assert_eq!((&r.body[..], r.content_type), (&b"INDEX"[..], Some("application/json")));
+        for ct in ["application/json", "text/plain; charset=utf-8"] {
+            let Outcome::Replace(r) = decide_v3_index(&x, &up("200", ct, None), &m) else { panic!("{ct}") };
+            assert_eq!((&r.body[..], r.content_type), (&b"INDEX"[..], None), "{ct}");
+        }
+        assert_eq!(decide_v3_index(&x, &up("200", "application/yaml", None), &m), Outcome::Pass(Pass::NotRewritable));
         assert_eq!(decide_v3_index(&x, &up("404", "application/json", None), &m), Outcome::Pass(Pass::UpstreamStatus));
     }
 }

@@ -100,6 +100,24 @@ impl Spec {
     pub fn new(name: &str, release: Release, args: &[&str]) -> Spec {
         Spec { name: name.into(), release, args: args.iter().map(|s| s.to_string()).collect(), kube_mvp: false }
     }
+
+    /// The same server with kube's own Mixed Version Proxy on.
+    pub fn with_kube_mvp(mut self) -> Spec {
+        self.kube_mvp = true;
+        self
+    }
+}
+
+/// The skew: three releases, each serving resources the others lack — by
+/// release (1.37 serves `mutatingadmissionpolicies` in
+/// `admissionregistration.k8s.io/v1`, a group-version every server serves)
+/// and by `--runtime-config` (beta and alpha versions one server enables).
+pub fn three_releases() -> Vec<Spec> {
+    vec![
+        Spec::new("kas-134", Release::minor(34), &["--runtime-config=storage.k8s.io/v1alpha1=true"]),
+        Spec::new("kas-135", Release::minor(37), &["--emulated-version=1.35", "--runtime-config=networking.k8s.io/v1beta1=true"]),
+        Spec::new("kas-137", Release::minor(37), &["--runtime-config=certificates.k8s.io/v1beta1=true,storagemigration.k8s.io/v1beta1=true"]),
+    ]
 }
 
 /// One real apiserver: its spec, port and process.
@@ -234,7 +252,10 @@ impl RealControlPlane {
                 "--peer-advertise-ip=127.0.0.1".into(),
                 format!("--peer-advertise-port={}", a.port),
             ]);
-            if matches!(a.release, Release::Modules(m, _) if m < 36) {
+            // Alpha before 1.36 — and a 1.37 binary emulating 1.35 takes
+            // 1.35's defaults — so it is asked for; from 1.36 it is the
+            // default, and naming a default is accepted.
+            if a.release != Release::V1_20 {
                 args.push("--feature-gates=UnknownVersionInteroperabilityProxy=true".into());
             }
         }
