@@ -111,12 +111,14 @@ impl Spec {
 /// The skew: three releases, each serving resources the others lack — by
 /// release (1.37 serves `mutatingadmissionpolicies` in
 /// `admissionregistration.k8s.io/v1`, a group-version every server serves)
-/// and by `--runtime-config` (beta and alpha versions one server enables).
+/// and by `--runtime-config` (beta and alpha versions one server enables;
+/// `coordination.k8s.io/v1beta1` gives kas-137 alone a namespaced resource,
+/// LeaseCandidate).
 pub fn three_releases() -> Vec<Spec> {
     vec![
         Spec::new("kas-134", Release::minor(34), &["--runtime-config=storage.k8s.io/v1alpha1=true"]),
         Spec::new("kas-135", Release::minor(37), &["--emulated-version=1.35", "--runtime-config=networking.k8s.io/v1beta1=true"]),
-        Spec::new("kas-137", Release::minor(37), &["--runtime-config=certificates.k8s.io/v1beta1=true,storagemigration.k8s.io/v1beta1=true"]),
+        Spec::new("kas-137", Release::minor(37), &["--runtime-config=certificates.k8s.io/v1beta1=true,storagemigration.k8s.io/v1beta1=true,coordination.k8s.io/v1beta1=true"]),
     ]
 }
 
@@ -312,6 +314,24 @@ impl RealControlPlane {
         if let Some(p) = self.apiservers.get_mut(i).and_then(|a| a.proc.as_mut()) {
             p.kill();
         }
+    }
+
+    /// A real kube-controller-manager of `release` with only the namespace
+    /// and garbage-collector controllers — the two that act on a wrong 404 —
+    /// talking to `server` (a front door) as the cluster admin, by token
+    /// (a plain round robin terminating TLS cannot pass a client
+    /// certificate's identity on; a token passes any proxy).
+    pub fn start_controller_manager(&self, release: Release, server: &str) -> Result<Proc> {
+        let dir = self.dir.path();
+        let user = format!("    token: {}", TOKENS[0].0);
+        let kubeconfig = super::secure::kubeconfig(dir, server, &self.pki.serving.cert_file, &user);
+        let args: Vec<String> = vec![
+            format!("--kubeconfig={}", arg(&kubeconfig)),
+            "--controllers=namespace-controller,garbage-collector-controller".into(),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+        ];
+        Proc::spawn("kube-controller-manager", dir, &release.controller_manager_bin()?, &args)
     }
 
     /// `(name, URL)` of every apiserver, for [`super::FrontDoor::in_front_of`].
