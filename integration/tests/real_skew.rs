@@ -10,8 +10,11 @@
 //! a plain round robin fail a measured share.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
 
 use integration::harness::real::{RealControlPlane, TOKENS, three_releases};
+use integration::harness::secure::kubeconfig;
+use integration::harness::tools::kubectl_137;
 use integration::harness::{FrontDoor, Options, edit_http_filters};
 use serde_json::{Value, json};
 
@@ -184,6 +187,65 @@ async fn objects_of_skewed_resources_are_written_read_watched_and_deleted_throug
             }
             let gone = client.get(door.url(&format!("{collection}/{name}"))).send().await.unwrap();
             assert_eq!(gone.status(), 404, "{collection}/{name} after delete: the honest 404 of a served resource");
+        }
+    }
+}
+
+/// kubectl 1.37 through the door during the skew: `api-resources` lists
+/// every server's resources, `explain` finds every server's types (the
+/// merged `/openapi/v3` index routes each document to a server that has
+/// it), `apply --server-side` and `get` work on a resource of each server.
+/// Each run is a new kubectl with an empty discovery cache: a new
+/// connection, landing on any server first.
+#[tokio::test]
+async fn kubectl_sees_and_changes_every_servers_resources() {
+    let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    door.wait_table_published(|t| {
+        t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["healthy"] == true))
+            && t["openapi"]["sources"].as_array().is_some_and(|s| s.len() == 3)
+    })
+    .await
+    .unwrap();
+    let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
+    let kc = kubeconfig(cp.dir.path(), &door.url(""), &cp.pki.serving.cert_file, &user);
+    let kubectl = |args: &[&str]| {
+        let cache = tempfile::tempdir().unwrap();
+        let out = Command::new(kubectl_137().unwrap()).arg("--kubeconfig").arg(&kc).arg("--cache-dir").arg(cache.path()).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "kubectl {args:?}: {}{text}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    // (resource, group/version, server): one of each server's own.
+    let own = [
+        ("volumeattributesclasses", "storage.k8s.io/v1alpha1", "kas-134"),
+        ("servicecidrs", "networking.k8s.io/v1beta1", "kas-135"),
+        ("clustertrustbundles", "certificates.k8s.io/v1beta1", "kas-137"),
+        ("leasecandidates", "coordination.k8s.io/v1beta1", "kas-137"),
+    ];
+    for _ in 0..3 {
+        let resources = kubectl(&["api-resources", "-o", "wide"]);
+        for (resource, gv, _) in own {
+            let (g, _) = gv.split_once('/').unwrap();
+            assert!(kubectl(&["api-resources", &format!("--api-group={g}")]).lines().any(|l| l.starts_with(resource)), "api-resources lacks {resource}:\n{resources}");
+            let explained = kubectl(&["explain", resource, &format!("--api-version={gv}")]);
+            assert!(explained.contains(&format!("VERSION:    {}", gv.split_once('/').unwrap().1)) || explained.contains(gv), "explain {resource} ({gv}):\n{explained}");
+        }
+    }
+    let manifests = cp.dir.path().join("skewed.yaml");
+    std::fs::write(
+        &manifests,
+        "apiVersion: storage.k8s.io/v1alpha1\nkind: VolumeAttributesClass\nmetadata: {name: silver}\ndriverName: csi.example.com\nparameters: {iops: \"1000\"}\n---\n\
+         apiVersion: networking.k8s.io/v1beta1\nkind: ServiceCIDR\nmetadata: {name: more}\nspec: {cidrs: [10.97.0.0/24]}\n",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let applied = kubectl(&["apply", "--server-side", "-f", &manifests.to_string_lossy()]);
+        assert_eq!(applied.lines().count(), 2, "{applied}");
+    }
+    for (what, name) in [("volumeattributesclasses.v1alpha1.storage.k8s.io", "silver"), ("servicecidrs.v1beta1.networking.k8s.io", "more")] {
+        for _ in 0..3 {
+            assert!(kubectl(&["get", what, name, "-o", "name"]).contains(name), "get {what}/{name}");
         }
     }
 }
