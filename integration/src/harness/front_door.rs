@@ -168,16 +168,18 @@ impl FrontDoor {
         if let (Some(sources), Some(first)) = (options.membership, apiservers.first()) {
             // Read through the first seed, as any reachable apiserver.
             let kubeconfig = dir.path().join("membership.kubeconfig");
-            std::fs::write(&kubeconfig, kubeconfig_yaml(&first.1, options.tls.as_deref()))?;
+            std::fs::write(&kubeconfig, kubeconfig_yaml(&first.1, options.tls.as_deref(), options.discovery_token.as_deref()))?;
             topology.serve_extra.extend([
                 "--membership".into(),
                 sources.into(),
                 "--membership-kubeconfig".into(),
                 kubeconfig.to_string_lossy().into_owned(),
-                // Fakes renew every second.
-                "--lease-stale-after".into(),
-                "3s".into(),
             ]);
+            if !fakes.is_empty() {
+                // Fakes renew every second (real servers every 10 s: the
+                // default stands).
+                topology.serve_extra.extend(["--lease-stale-after".into(), "3s".into()]);
+            }
         }
         if let Some(token) = &options.discovery_token {
             let path = dir.path().join("discovery-token");
@@ -335,12 +337,13 @@ fn with_cluster_state(dir: &Path, options: &Options, spec: FakeSpec) -> FakeSpec
 }
 
 /// A kubeconfig for reading the membership through `server`: anonymous
-/// for plain fakes; with TLS, the serving CA and the TLS fakes' token.
-fn kubeconfig_yaml(server: &str, tls: Option<&Pki>) -> String {
+/// for plain fakes; with TLS, the serving CA and the discovery token (real
+/// servers') or the TLS fakes' token.
+fn kubeconfig_yaml(server: &str, tls: Option<&Pki>, token: Option<&str>) -> String {
     let (ca, user) = match tls {
         Some(pki) => (
             format!("\n    certificate-authority: {}", pki.serving.cert_file.display()),
-            format!("\n    token: {}", super::secure::TOKEN),
+            format!("\n    token: {}", token.unwrap_or(super::secure::TOKEN)),
         ),
         None => (String::new(), " {}".to_string()),
     };

@@ -309,6 +309,34 @@ impl RealControlPlane {
         }
     }
 
+    /// Adds an apiserver to the control plane (a new port) and starts it.
+    pub async fn add_apiserver(&mut self, spec: &Spec) -> Result<usize> {
+        let port = free_ports(1).into_iter().next().context("no free port")?;
+        self.apiservers.push(RealApiserver {
+            name: spec.name.clone(),
+            port,
+            release: spec.release,
+            extra_args: spec.args.clone(),
+            kube_mvp: spec.kube_mvp,
+            proc: None,
+        });
+        let i = self.apiservers.len() - 1;
+        self.start_apiserver(i).await?;
+        Ok(i)
+    }
+
+    /// Sends apiserver `i` a signal (`TERM`: the graceful shutdown).
+    pub fn signal_apiserver(&self, i: usize, sig: &str) {
+        if let Some(p) = self.apiservers.get(i).and_then(|a| a.proc.as_ref()) {
+            p.signal(sig);
+        }
+    }
+
+    /// Whether apiserver `i`'s process still runs.
+    pub fn apiserver_running(&mut self, i: usize) -> bool {
+        self.apiservers.get_mut(i).and_then(|a| a.proc.as_mut()).is_some_and(|p| p.is_running())
+    }
+
     /// Stops apiserver `i` (SIGKILL).
     pub fn stop_apiserver(&mut self, i: usize) {
         if let Some(p) = self.apiservers.get_mut(i).and_then(|a| a.proc.as_mut()) {
