@@ -4,7 +4,8 @@
 # fake apiservers, real kube-apiservers and real clients on loopback.
 # Installs what it needs; the real kube-apiservers are built once and cached
 # outside the work tree (scripts/kube-apiserver.sh, v1.20: ~8 minutes the
-# first time; scripts/kube-release.sh, each current release: ~? minutes),
+# first time; scripts/kube-release.sh, each current release (scripts/kube-releases):
+# ~8-10 minutes the first time),
 # as is the fuzz build (scripts/fuzz.sh: ~6 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
