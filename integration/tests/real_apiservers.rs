@@ -7,7 +7,7 @@ use std::process::Command;
 
 use integration::harness::real::{RealControlPlane, TOKENS};
 use integration::harness::secure::kubeconfig;
-use integration::harness::{FrontDoor, Options, kubectl_137};
+use integration::harness::{FrontDoor, Options, kubectl_137, plain_round_robin};
 
 /// kas-b serves three group-versions kas-a does not, and not apps/v1.
 const SKEWED: &[&str] =
@@ -300,19 +300,13 @@ async fn writes_and_watches_reach_the_server_that_serves_them() {
     assert_eq!(found, Ok(true), "watch saw: {seen}");
 }
 
-/// Bootstrap without the mvp filter and ext_proc: what a plain round-robin
-/// front door does.
-fn without_filter(yaml: String) -> String {
-    integration::harness::edit_http_filters(&yaml, |f| f.retain(|x| x["name"] != "mvp.route" && x["name"] != "envoy.filters.http.ext_proc"))
-}
-
 /// The control: the same skewed requests through a plain round-robin Envoy
 /// (the same bootstrap without the filter) get 404s — the failure the front
 /// door exists to prevent is really there in this topology.
 #[tokio::test]
 async fn a_plain_round_robin_envoy_gets_404s_for_the_same_requests() {
     let cp = RealControlPlane::start(&[("kas-a", &[][..]), ("kas-b", SKEWED)]).await.unwrap();
-    let options = Options { tls: Some(cp.pki.clone()), edit_config: Some(without_filter), ..Options::default() };
+    let options = Options { tls: Some(cp.pki.clone()), edit_config: Some(plain_round_robin), ..Options::default() };
     let door = FrontDoor::in_front_of(cp.members(), options).await.unwrap();
     // A plain load balancer's client authenticates with a token (nothing
     // would forward a certificate identity).

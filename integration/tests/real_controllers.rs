@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use integration::harness::real::{RealControlPlane, Release, three_releases};
-use integration::harness::{FrontDoor, Options, edit_http_filters};
+use integration::harness::plain_round_robin;
 use serde_json::{Value, json};
 
 /// LeaseCandidate `coordination.k8s.io/v1beta1` (namespaced) and
@@ -114,10 +114,7 @@ async fn run(cp: &RealControlPlane, front: &str) -> Outcome {
 #[tokio::test]
 async fn through_the_door_namespace_deletion_and_garbage_collection_are_right() {
     let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
-    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["healthy"] == true)))
-        .await
-        .unwrap();
+    let door = cp.front_door().await.unwrap();
     let o = run(&cp, &door.url("")).await;
     eprintln!("through the door: {o:#?}");
     assert_eq!(o.namespaces_deleted, N, "the namespaces are deleted: {o:#?}");
@@ -129,17 +126,12 @@ async fn through_the_door_namespace_deletion_and_garbage_collection_are_right() 
 #[tokio::test]
 async fn through_a_plain_round_robin_they_go_wrong() {
     let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
-    let (_envoy, plain) = door.another_envoy_with(without_filter).await.unwrap();
+    let door = cp.front_door().await.unwrap();
+    let (_envoy, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();
     let o = run(&cp, &format!("https://127.0.0.1:{}", plain.ports.listen)).await;
     eprintln!("through a plain round robin: {o:#?}");
     assert!(
         o.candidates_leaked > 0 || o.dependents_alive < N || o.namespaces_deleted < N || !o.partial_discovery.is_empty(),
         "the round robin misled no controller: {o:#?}"
     );
-}
-
-/// Bootstrap without the mvp filter and ext_proc: a plain round robin.
-fn without_filter(yaml: String) -> String {
-    edit_http_filters(&yaml, |f| f.retain(|x| x["name"] != "mvp.route" && x["name"] != "envoy.filters.http.ext_proc"))
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use integration::harness::real::{RealControlPlane, Spec, three_releases};
-use integration::harness::{FrontDoor, Options};
+use integration::harness::FrontDoor;
 use serde_json::Value;
 
 const V2_JSON: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
@@ -20,13 +20,7 @@ const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDis
 async fn control_plane_and_door() -> (RealControlPlane, FrontDoor) {
     let specs: Vec<Spec> = three_releases().into_iter().map(Spec::with_kube_mvp).collect();
     let cp = RealControlPlane::start_specs(&specs).await.unwrap();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
-    door.wait_table_published(|t| {
-        t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["healthy"] == true))
-            && t["openapi"]["sources"].as_array().is_some_and(|s| s.len() == 3)
-    })
-    .await
-    .unwrap();
+    let door = cp.front_door().await.unwrap();
     (cp, door)
 }
 

@@ -15,7 +15,7 @@ use std::process::Command;
 use integration::harness::real::{RealControlPlane, TOKENS, three_releases};
 use integration::harness::secure::kubeconfig;
 use integration::harness::tools::kubectl_137;
-use integration::harness::{FrontDoor, Options, edit_http_filters};
+use integration::harness::plain_round_robin;
 use serde_json::{Value, json};
 
 /// Aggregated discovery of one server alone (kube 1.35+ merges its peers'
@@ -85,10 +85,7 @@ async fn every_resource_any_server_lists_answers_200_through_the_door() {
     let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
     let (by_server, shared) = skew(&cp).await;
     let all: BTreeSet<(String, String)> = by_server.values().flatten().cloned().collect();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
-    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["healthy"] == true)))
-        .await
-        .unwrap();
+    let door = cp.front_door().await.unwrap();
     let token = TOKENS[0].0;
     let mut failures = vec![];
     for http2 in [true, false] {
@@ -107,7 +104,7 @@ async fn every_resource_any_server_lists_answers_200_through_the_door() {
     assert!(failures.is_empty(), "{} of {} requests failed:\n{}", failures.len(), all.len() * 4, failures.join("\n"));
 
     // The control: a plain round robin in front of the same servers.
-    let (_envoy, plain) = door.another_envoy_with(without_filter).await.unwrap();
+    let (_envoy, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();
     let client = door.https(None, false).unwrap();
     let (mut skewed, mut failed) = (0, 0);
     for (prefix, resource) in all.difference(&shared) {
@@ -124,21 +121,13 @@ async fn every_resource_any_server_lists_answers_200_through_the_door() {
     assert!(failed * 4 >= skewed, "round robin should fail about half: {failed} of {skewed}");
 }
 
-/// Bootstrap without the mvp filter and ext_proc: a plain round robin.
-fn without_filter(yaml: String) -> String {
-    edit_http_filters(&yaml, |f| f.retain(|x| x["name"] != "mvp.route" && x["name"] != "envoy.filters.http.ext_proc"))
-}
-
 /// Objects of resources one server alone serves are written, read, watched
 /// and deleted through the front door: each request lands on the server
 /// that serves the resource, whichever server the connection met first.
 #[tokio::test]
 async fn objects_of_skewed_resources_are_written_read_watched_and_deleted_through_the_door() {
     let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
-    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["healthy"] == true)))
-        .await
-        .unwrap();
+    let door = cp.front_door().await.unwrap();
     let bundle = std::fs::read_to_string(&cp.pki.serving.cert_file).unwrap();
     // (collection, object): one per server, each served by that server only.
     let objects = [
@@ -200,13 +189,7 @@ async fn objects_of_skewed_resources_are_written_read_watched_and_deleted_throug
 #[tokio::test]
 async fn kubectl_sees_and_changes_every_servers_resources() {
     let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
-    door.wait_table_published(|t| {
-        t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["healthy"] == true))
-            && t["openapi"]["sources"].as_array().is_some_and(|s| s.len() == 3)
-    })
-    .await
-    .unwrap();
+    let door = cp.front_door().await.unwrap();
     let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
     let kc = kubeconfig(cp.dir.path(), &door.url(""), &cp.pki.serving.cert_file, &user);
     let kubectl = |args: &[&str]| {

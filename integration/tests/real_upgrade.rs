@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use integration::harness::real::{RealControlPlane, Release, Spec, TOKENS};
-use integration::harness::{FrontDoor, Options, edit_http_filters};
+use integration::harness::{FrontDoor, plain_round_robin};
 use integration::soak::timeline::{State, Timeline};
 use serde_json::Value;
 
@@ -189,9 +189,8 @@ async fn upgrade(kube_mvp: bool) -> Vec<(String, BTreeMap<&'static str, usize>, 
         })
         .collect();
     let mut cp = RealControlPlane::start_specs(&specs).await.unwrap();
-    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let door = cp.front_door().await.unwrap();
     let open = |n: usize| move |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().filter(|s| s["open"] == true).count() == n);
-    door.wait_table_published(open(3)).await.unwrap();
     let (_plain, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();
 
     let mut served: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -255,11 +254,6 @@ async fn upgrade(kube_mvp: bool) -> Vec<(String, BTreeMap<&'static str, usize>, 
             (format!("{name}{mvp}"), classes, seconds.len())
         })
         .collect()
-}
-
-/// The plain front door: no routing filter, no `/apis` merge.
-fn plain_round_robin(yaml: String) -> String {
-    edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"))
 }
 
 #[tokio::test]

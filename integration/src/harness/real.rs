@@ -362,6 +362,19 @@ impl RealControlPlane {
         Proc::spawn("kube-controller-manager", dir, &release.controller_manager_bin()?, &args)
     }
 
+    /// The front door (TLS, this PKI) in front of every apiserver, once each
+    /// is open in its table and its OpenAPI documents are merged.
+    pub async fn front_door(&self) -> Result<super::FrontDoor> {
+        let door = super::FrontDoor::in_front_of(self.members(), super::Options { tls: Some(self.pki.clone()), ..Default::default() }).await?;
+        let n = self.apiservers.len();
+        door.wait_table_published(|t| {
+            t["apiservers"].as_array().is_some_and(|a| a.iter().filter(|s| s["open"] == true).count() == n)
+                && t["openapi"]["sources"].as_array().is_some_and(|s| s.len() == n)
+        })
+        .await?;
+        Ok(door)
+    }
+
     /// `(name, URL)` of every apiserver, for [`super::FrontDoor::in_front_of`].
     pub fn members(&self) -> Vec<(String, String)> {
         self.apiservers.iter().map(|a| (a.name.clone(), a.url())).collect()

@@ -240,6 +240,13 @@ fn regex_escape(s: &str) -> String {
     s.chars().flat_map(|c| if ".^$*+?()[]{}|\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
 }
 
+/// The plain front door, for comparison: the same bootstrap with only
+/// Envoy's router — no routing filter, no merged documents; what a load
+/// balancer with `/readyz` health checks gives.
+pub fn plain_round_robin(yaml: String) -> String {
+    edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"))
+}
+
 /// Edits the HTTP filter chain of a rendered bootstrap (for
 /// `Options::edit_config` in negative tests).
 pub fn edit_http_filters(yaml: &str, edit: impl FnOnce(&mut Vec<Value>)) -> String {

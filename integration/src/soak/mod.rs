@@ -28,7 +28,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::harness::process::rss_kib;
-use crate::harness::{FakeSpec, FrontDoor, Options, edit_http_filters, wait_for};
+use crate::harness::{FakeSpec, FrontDoor, Options, plain_round_robin, wait_for};
 use timeline::Timeline;
 use workload::{AGGREGATED_ACCEPT, Item, Outcome, Tally, Verb};
 
@@ -83,11 +83,6 @@ impl Report {
         }
         t
     }
-}
-
-/// The plain front door: no routing filter, no `/apis` merge.
-fn plain_round_robin(yaml: String) -> String {
-    edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"))
 }
 
 struct Load {
