@@ -232,3 +232,27 @@ async fn kubectl_sees_and_changes_every_servers_resources() {
         }
     }
 }
+
+/// The Python `kubernetes` client through the door during the skew: its
+/// unaggregated discovery lists every server's groups, and its dynamic
+/// client finds and lists a resource of each server.
+#[tokio::test]
+async fn the_python_client_discovers_and_lists_every_servers_resources() {
+    let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
+    let door = cp.front_door().await.unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/discovery.py");
+    let kinds = ["storage.k8s.io/v1alpha1:VolumeAttributesClass", "networking.k8s.io/v1beta1:ServiceCIDR", "certificates.k8s.io/v1beta1:ClusterTrustBundle", "coordination.k8s.io/v1beta1:LeaseCandidate"];
+    for _ in 0..3 {
+        let mut cmd = Command::new(integration::harness::python().unwrap());
+        cmd.arg(script).arg(door.url("")).arg("--ca").arg(&cp.pki.serving.cert_file).arg("--token").arg(TOKENS[0].0).args(kinds);
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for group in ["storage.k8s.io", "networking.k8s.io", "certificates.k8s.io", "coordination.k8s.io"] {
+            assert!(report["groups"].as_array().unwrap().iter().any(|g| g == group), "{group}: {report}");
+        }
+        for (kind, list_kind) in kinds.iter().map(|k| k.replace(':', "/")).zip(["VolumeAttributesClassList", "ServiceCIDRList", "ClusterTrustBundleList", "LeaseCandidateList"]) {
+            assert_eq!(report["resources"][&kind]["listKind"], list_kind, "{kind}: {report}");
+        }
+    }
+}
