@@ -32,11 +32,12 @@ fi
 # Load generators and valgrind's callgrind for the benchmark (and its smoke
 # test), and a headless browser for the status page's test, from Debian.
 if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null || ! command -v chromium >/dev/null \
-  || ! command -v callgrind_control >/dev/null; then
-  log "installing wrk, h2load, valgrind and chromium (Debian: wrk, nghttp2-client, valgrind, chromium)"
+  || ! command -v callgrind_control >/dev/null || ! command -v ip >/dev/null; then
+  # ip (iproute2): the real tier's test network for Endpoints (harness/test_net.rs).
+  log "installing wrk, h2load, valgrind, chromium and ip (Debian: wrk, nghttp2-client, valgrind, chromium, iproute2)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client valgrind chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk nghttp2-client valgrind chromium iproute2 >/dev/null
 fi
 
 ENVOY_BIN=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy)

@@ -162,6 +162,12 @@ impl Pki {
 
     /// An apiserver serving certificate as kube-apiserver's peers expect it.
     pub fn apiserver(&self, dir: &Path, name: &str) -> Result<Leaf> {
-        self.serving.server(dir, &format!("apiserver-{name}"), &["kubernetes.default.svc", "kubernetes"], &["127.0.0.1"])
+        self.apiserver_at(dir, name, "127.0.0.1")
+    }
+
+    /// An apiserver's serving certificate for its address `ip` (and
+    /// 127.0.0.1).
+    pub fn apiserver_at(&self, dir: &Path, name: &str, ip: &str) -> Result<Leaf> {
+        self.serving.server(dir, &format!("apiserver-{name}"), &["kubernetes.default.svc", "kubernetes"], &[ip, "127.0.0.1"])
     }
 }

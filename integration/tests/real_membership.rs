@@ -120,3 +120,82 @@ async fn identity_leases_bring_members_in_and_out_without_a_wrong_answer() {
         }
     }
 }
+
+/// The same from the `default/kubernetes` Endpoints: real servers on a test
+/// network, each on its own address (kube rejects loopback ones there),
+/// registering themselves (`--endpoint-reconciler-type=lease`). A server
+/// joins and is routed to once it is listed; a graceful stop drains with no
+/// failed request; a SIGKILLed server's own APIs answer the 503 Status.
+#[tokio::test]
+async fn the_kubernetes_endpoints_bring_members_in_and_out_without_a_wrong_answer() {
+    let graceful = |name: &str, args: &[&str]| {
+        let mut s = Spec::new(name, Release::minor(37), args);
+        s.args.extend(["--shutdown-delay-duration=3s".to_string(), "--shutdown-send-retry-after=true".to_string()]);
+        s
+    };
+    let specs = [graceful("kas-a", &[]), graceful("kas-b", &["--emulated-version=1.35"]), graceful("kas-c", &["--runtime-config=certificates.k8s.io/v1beta1=true"])];
+    let mut cp = RealControlPlane::start_on_test_net(&specs).await.unwrap();
+    let options = Options {
+        tls: Some(cp.pki.clone()),
+        membership: Some("endpoints"),
+        seeds: Some(1),
+        discovery_token: Some(TOKENS[0].0.to_string()),
+        ..Options::default()
+    };
+    let door = FrontDoor::in_front_of(cp.members(), options).await.unwrap();
+    door.wait_table_published(healthy(3)).await.expect("kas-b and kas-c found in the kubernetes Endpoints");
+
+    let joined = cp.add_apiserver(&graceful("kas-d", &["--runtime-config=resource.k8s.io/v1alpha3=true"])).await.unwrap();
+    let mut others = BTreeSet::new();
+    for i in 0..joined {
+        others.extend(listable(&cp, i).await);
+    }
+    let own: Vec<String> = listable(&cp, joined).await.difference(&others).cloned().collect();
+    assert!(!own.is_empty(), "kas-d serves something of its own");
+    door.wait_table_published(healthy(4)).await.expect("kas-d found in the kubernetes Endpoints");
+    let client = door.https(None, true).unwrap();
+    for path in &own {
+        let r = client.get(door.url(path)).bearer_auth(TOKENS[0].0).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path} of the joined server");
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut loops = vec![];
+    for http2 in [true, false] {
+        let (c, url, stop) = (door.https(None, http2).unwrap(), door.url("/api/v1/namespaces/default/configmaps?limit=1"), stop.clone());
+        loops.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0, vec![]);
+            while !stop.load(Ordering::Relaxed) {
+                match c.get(&url).bearer_auth(TOKENS[0].0).send().await {
+                    Ok(r) if r.status() == 200 => ok += 1,
+                    Ok(r) => failed.push(format!("{} {}", r.status(), r.text().await.unwrap_or_default())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    cp.signal_apiserver(1, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cp.apiserver_running(1) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!cp.apiserver_running(1), "kas-b stopped within 60 s");
+    door.wait_table_published(healthy(3)).await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        let (ok, failed) = l.await.unwrap();
+        eprintln!("graceful stop, Endpoints membership: {ok} requests answered 200, {} failed", failed.len());
+        assert!(failed.is_empty(), "failed during a graceful stop: {failed:?}");
+    }
+
+    cp.stop_apiserver(2);
+    door.wait_table_published(healthy(2)).await.unwrap();
+    for http2 in [true, false] {
+        let c = door.https(None, http2).unwrap();
+        let r = c.get(door.url("/apis/certificates.k8s.io/v1beta1/clustertrustbundles")).bearer_auth(TOKENS[0].0).send().await.unwrap();
+        let code = r.status().as_u16();
+        let body: Value = r.json().await.unwrap_or_default();
+        assert_eq!((code, body["kind"].as_str()), (503, Some("Status")), "{body}");
+    }
+}

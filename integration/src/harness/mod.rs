@@ -17,6 +17,7 @@ pub mod process;
 pub mod real;
 pub mod secure;
 pub mod served;
+pub mod test_net;
 pub mod tools;
 pub mod topology;
 

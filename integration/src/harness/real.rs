@@ -19,6 +19,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 
 use super::process::{Proc, arg, free_ports, wait_for};
+use super::test_net::TestNet;
+
+/// Every apiserver's port on the test network: the Endpoints reconciler
+/// publishes one port for all.
+const TEST_NET_PORT: u16 = 6443;
 use crate::pki::{Leaf, Pki};
 
 /// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
@@ -125,6 +130,8 @@ pub fn three_releases() -> Vec<Spec> {
 /// One real apiserver: its spec, port and process.
 pub struct RealApiserver {
     pub name: String,
+    /// Its address: 127.0.0.1, or its own on the test network.
+    pub ip: String,
     pub port: u16,
     pub release: Release,
     pub extra_args: Vec<String>,
@@ -134,7 +141,7 @@ pub struct RealApiserver {
 
 impl RealApiserver {
     pub fn url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.port)
+        format!("https://{}:{}", self.ip, self.port)
     }
 }
 
@@ -151,6 +158,9 @@ pub struct RealControlPlane {
     pub admin: Leaf,
     /// An admin client talking to the apiservers directly.
     pub http: reqwest::Client,
+    /// The test network the apiservers run on, if any (dropped last: after
+    /// the processes in it).
+    net: Option<TestNet>,
 }
 
 impl RealControlPlane {
@@ -162,11 +172,23 @@ impl RealControlPlane {
 
     /// etcd and one apiserver per spec, started in order, all ready.
     pub async fn start_specs(specs: &[Spec]) -> Result<RealControlPlane> {
+        RealControlPlane::start_on(specs, None).await
+    }
+
+    /// The same on a test network ([`TestNet`]): each apiserver on its own
+    /// address and port 6443, registering in the `default/kubernetes`
+    /// Endpoints (`--endpoint-reconciler-type=lease`) as on real machines.
+    pub async fn start_on_test_net(specs: &[Spec]) -> Result<RealControlPlane> {
+        RealControlPlane::start_on(specs, Some(TestNet::create(specs.len() + 4)?)).await
+    }
+
+    async fn start_on(specs: &[Spec], net: Option<TestNet>) -> Result<RealControlPlane> {
         let dir = tempfile::Builder::new().prefix("mvp-real-").tempdir()?;
         let pki = Arc::new(Pki::new(dir.path())?);
         let mut ports = free_ports(2 + specs.len()).into_iter();
         let (client_port, peer_port) = (ports.next().unwrap_or(0), ports.next().unwrap_or(0));
-        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let etcd_host = if net.is_some() { TestNet::host_address() } else { "127.0.0.1".into() };
+        let etcd_url = format!("http://{etcd_host}:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let etcd_args: Vec<String> = [
             "--name", "mvp", "--data-dir", &dir.path().join("etcd").to_string_lossy(),
@@ -191,20 +213,23 @@ impl RealControlPlane {
         let http = crate::harness::tls_client_config(&pki.serving.cert_file, Some(&admin), &[b"http/1.1"])
             .and_then(|c| Ok(reqwest::Client::builder().use_preconfigured_tls(c).no_proxy().timeout(Duration::from_secs(30)).build()?))?;
 
+        let on_net = net.is_some();
         let apiservers = specs
             .iter()
-            .map(|spec| RealApiserver {
+            .enumerate()
+            .map(|(i, spec)| RealApiserver {
                 name: spec.name.clone(),
-                port: ports.next().unwrap_or(0),
+                ip: if on_net { TestNet::address(i) } else { "127.0.0.1".into() },
+                port: if on_net { TEST_NET_PORT } else { ports.next().unwrap_or(0) },
                 release: spec.release,
                 extra_args: spec.args.clone(),
                 kube_mvp: spec.kube_mvp,
                 proc: None,
             })
             .collect();
-        let mut cp = RealControlPlane { dir, pki, etcd, apiservers, etcd_url, service_account_key, service_account_pub, tokens, admin, http };
+        let mut cp = RealControlPlane { dir, pki, etcd, apiservers, etcd_url, service_account_key, service_account_pub, tokens, admin, http, net };
         wait_for("etcd to listen", Duration::from_secs(30), || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", client_port)).await.ok()
+            tokio::net::TcpStream::connect((etcd_host.as_str(), client_port)).await.ok()
         })
         .await?;
         for i in 0..cp.apiservers.len() {
@@ -215,14 +240,15 @@ impl RealControlPlane {
 
     fn args(&self, a: &RealApiserver) -> Result<Vec<String>> {
         let dir = self.dir.path();
-        let serving = self.pki.apiserver(dir, &a.name)?;
+        let serving = self.pki.apiserver_at(dir, &a.name, &a.ip)?;
         let mut args: Vec<String> = vec![
             format!("--etcd-servers={}", self.etcd_url),
-            "--bind-address=127.0.0.1".into(),
+            format!("--bind-address={}", a.ip),
             format!("--secure-port={}", a.port),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--advertise-address={}", a.ip),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--endpoint-reconciler-type=none".into(),
+            // Endpoints reject loopback addresses: only on the test network.
+            format!("--endpoint-reconciler-type={}", if self.net.is_some() { "lease" } else { "none" }),
             format!("--tls-cert-file={}", arg(&serving.cert_file)),
             format!("--tls-private-key-file={}", arg(&serving.key_file)),
             format!("--client-ca-file={}", arg(&self.pki.clients.cert_file)),
@@ -251,7 +277,7 @@ impl RealControlPlane {
                 format!("--peer-ca-file={}", arg(&self.pki.serving.cert_file)),
                 format!("--proxy-client-cert-file={}", arg(&self.pki.proxy_client.cert_file)),
                 format!("--proxy-client-key-file={}", arg(&self.pki.proxy_client.key_file)),
-                "--peer-advertise-ip=127.0.0.1".into(),
+                format!("--peer-advertise-ip={}", a.ip),
                 format!("--peer-advertise-port={}", a.port),
             ]);
             // Alpha before 1.36 — and a 1.37 binary emulating 1.35 takes
@@ -279,7 +305,14 @@ impl RealControlPlane {
             Release::Modules(..) => {
                 let mut all = vec!["--uts".to_string(), "--".into(), "sh".into(), "-c".into(), "hostname \"$0\" && exec \"$@\"".into(), name.clone(), arg(&bin)];
                 all.extend(args);
-                Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), Path::new("unshare"), &all)?
+                match &self.net {
+                    None => Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), Path::new("unshare"), &all)?,
+                    Some(net) => {
+                        let mut inside = vec!["netns".to_string(), "exec".into(), net.netns.clone(), "unshare".into()];
+                        inside.extend(all);
+                        Proc::spawn(&format!("kube-apiserver-{name}"), self.dir.path(), Path::new("ip"), &inside)?
+                    }
+                }
             }
         };
         if let Some(a) = self.apiservers.get_mut(i) {
@@ -311,9 +344,13 @@ impl RealControlPlane {
 
     /// Adds an apiserver to the control plane (a new port) and starts it.
     pub async fn add_apiserver(&mut self, spec: &Spec) -> Result<usize> {
-        let port = free_ports(1).into_iter().next().context("no free port")?;
+        let (ip, port) = match self.net {
+            Some(_) => (TestNet::address(self.apiservers.len()), TEST_NET_PORT),
+            None => ("127.0.0.1".to_string(), free_ports(1).into_iter().next().context("no free port")?),
+        };
         self.apiservers.push(RealApiserver {
             name: spec.name.clone(),
+            ip,
             port,
             release: spec.release,
             extra_args: spec.args.clone(),
