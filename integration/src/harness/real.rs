@@ -10,7 +10,12 @@
 //! release (`--emulated-version`) and with kube's own Mixed Version Proxy.
 //!
 //! Each apiserver can be stopped and started again with other flags or
-//! another release, on the same address, as during an upgrade.
+//! another release, on the same address, as during an upgrade. Each runs
+//! with its own host name (its own UTS namespace): 1.26+ derives the
+//! apiserver identity from it. On loopback by default; on a test network
+//! ([`super::test_net`]) when they must register in the `default/kubernetes`
+//! Endpoints. Tests compare against [`super::plain_round_robin`] on the same
+//! servers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,11 +25,11 @@ use anyhow::{Context, Result, anyhow};
 
 use super::process::{Proc, arg, free_ports, wait_for};
 use super::test_net::TestNet;
+use crate::pki::{Leaf, Pki};
 
 /// Every apiserver's port on the test network: the Endpoints reconciler
 /// publishes one port for all.
 const TEST_NET_PORT: u16 = 6443;
-use crate::pki::{Leaf, Pki};
 
 /// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
 pub const TOKENS: &[(&str, &str, &str)] = &[("admin-token", "token-admin", "system:masters"), ("nobody-token", "nobody", "nobodies")];
