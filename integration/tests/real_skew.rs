@@ -18,39 +18,11 @@ use integration::harness::tools::kubectl_137;
 use integration::harness::plain_round_robin;
 use serde_json::{Value, json};
 
-/// Aggregated discovery of one server alone (kube 1.35+ merges its peers'
-/// into `/apis` unless asked for `profile=nopeer`).
-const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
-
-/// `(path prefix, resource)` of every listable top-level resource a server
-/// lists in its own aggregated discovery of `/api` and `/apis`.
-async fn own_listable(cp: &RealControlPlane, i: usize) -> BTreeSet<(String, String)> {
-    let url = cp.apiservers[i].url();
-    let mut out = BTreeSet::new();
-    for root in ["/api", "/apis"] {
-        let doc: Value = cp.http.get(format!("{url}{root}")).header("accept", NOPEER).send().await.unwrap().json().await.unwrap();
-        assert_eq!(doc["kind"], "APIGroupDiscoveryList", "{} {root}: {doc}", cp.apiservers[i].name);
-        for group in doc["items"].as_array().into_iter().flatten() {
-            let g = group["metadata"]["name"].as_str().unwrap_or_default();
-            for v in group["versions"].as_array().into_iter().flatten() {
-                let version = v["version"].as_str().unwrap_or_default();
-                let prefix = if g.is_empty() { format!("/api/{version}") } else { format!("/apis/{g}/{version}") };
-                for r in v["resources"].as_array().into_iter().flatten() {
-                    if r["verbs"].as_array().is_some_and(|vs| vs.iter().any(|x| x == "list")) {
-                        out.insert((prefix.clone(), r["resource"].as_str().unwrap_or_default().to_string()));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Each server's listable resources, and the share no server lacks.
-async fn skew(cp: &RealControlPlane) -> (BTreeMap<String, BTreeSet<(String, String)>>, BTreeSet<(String, String)>) {
+async fn skew(cp: &RealControlPlane) -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
     let mut by_server = BTreeMap::new();
     for (i, a) in cp.apiservers.iter().enumerate() {
-        by_server.insert(a.name.clone(), own_listable(cp, i).await);
+        by_server.insert(a.name.clone(), cp.listable(i).await.unwrap());
     }
     let mut sets = by_server.values();
     let first = sets.next().cloned().unwrap_or_default();
@@ -84,15 +56,15 @@ async fn emulated_and_older_releases_serve_different_apis() {
 async fn every_resource_any_server_lists_answers_200_through_the_door() {
     let cp = RealControlPlane::start_specs(&three_releases()).await.unwrap();
     let (by_server, shared) = skew(&cp).await;
-    let all: BTreeSet<(String, String)> = by_server.values().flatten().cloned().collect();
+    let all: BTreeSet<String> = by_server.values().flatten().cloned().collect();
     let door = cp.front_door().await.unwrap();
     let token = TOKENS[0].0;
     let mut failures = vec![];
     for http2 in [true, false] {
         let cert = door.https(Some(&cp.admin), http2).unwrap();
         let plain = door.https(None, http2).unwrap();
-        for (prefix, resource) in &all {
-            let path = format!("{prefix}/{resource}?limit=1");
+        for collection in &all {
+            let path = format!("{collection}?limit=1");
             for (who, req) in [("certificate", cert.get(door.url(&path))), ("token", plain.get(door.url(&path)).bearer_auth(token))] {
                 let code = req.send().await.map(|r| r.status().as_u16()).unwrap_or(0);
                 if code != 200 {
@@ -107,9 +79,9 @@ async fn every_resource_any_server_lists_answers_200_through_the_door() {
     let (_envoy, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();
     let client = door.https(None, false).unwrap();
     let (mut skewed, mut failed) = (0, 0);
-    for (prefix, resource) in all.difference(&shared) {
+    for collection in all.difference(&shared) {
         for _ in 0..3 {
-            let url = format!("https://127.0.0.1:{}{prefix}/{resource}?limit=1", plain.ports.listen);
+            let url = format!("https://127.0.0.1:{}{collection}?limit=1", plain.ports.listen);
             let code = client.get(url).bearer_auth(token).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
             skewed += 1;
             if code != 200 {

@@ -26,21 +26,20 @@ use integration::harness::{FrontDoor, plain_round_robin};
 use integration::soak::timeline::{State, Timeline};
 use serde_json::Value;
 
-const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
 const DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 
 /// What the clients ask for: one list every release serves, three lists
 /// only 1.37 serves by default (who serves what is read from each release's
 /// own discovery as it comes up), and the aggregated `/apis`.
 const PATHS: [&str; 5] = [
-    "/api/v1/namespaces/default/configmaps",
+    "/api/v1/configmaps",
     "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
     "/apis/certificates.k8s.io/v1/clustertrustbundles",
     "/apis/storagemigration.k8s.io/v1/storageversionmigrations",
     "/apis",
 ];
 /// What the samplers ask for.
-const SAMPLED: &str = "/api/v1/namespaces/default/configmaps";
+const SAMPLED: &str = "/api/v1/configmaps";
 
 const NAMES: [&str; 3] = ["kas-a", "kas-b", "kas-c"];
 /// Requests per front door after each step before the next.
@@ -135,30 +134,6 @@ fn new_connection_each_time(door: &FrontDoor, http2: bool) -> reqwest::Client {
     if http2 { b.http2_prior_knowledge() } else { b.http1_only() }.build().unwrap()
 }
 
-/// Listable collections a server serves, by its own discovery.
-async fn own_collections(cp: &RealControlPlane, i: usize) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for root in ["/api", "/apis"] {
-        let doc: Value = cp.http.get(format!("{}{root}", cp.apiservers[i].url())).header("accept", NOPEER).send().await.unwrap().json().await.unwrap();
-        for g in doc["items"].as_array().into_iter().flatten() {
-            let group = g["metadata"]["name"].as_str().unwrap_or("");
-            for v in g["versions"].as_array().into_iter().flatten() {
-                let version = v["version"].as_str().unwrap_or("");
-                for r in v["resources"].as_array().into_iter().flatten() {
-                    let resource = r["resource"].as_str().unwrap_or("");
-                    let namespaced = r["scope"] == "Namespaced";
-                    let prefix = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
-                    out.insert(format!("{prefix}/{resource}"));
-                    if namespaced {
-                        out.insert(format!("{prefix}/namespaces/default/{resource}"));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 const CLASSES: [&str; 7] = ["correct 2xx", "correct 404", "wrong 404", "503 Status", "plain-text 503", "429 Retry-After", "other"];
 
 fn classify(r: &Record, served: &BTreeMap<String, BTreeSet<String>>) -> &'static str {
@@ -194,7 +169,7 @@ async fn upgrade(kube_mvp: bool) -> Vec<(String, BTreeMap<&'static str, usize>, 
     let (_plain, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();
 
     let mut served: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    served.insert("1.35".into(), own_collections(&cp, 0).await);
+    served.insert("1.35".into(), cp.listable(0).await.unwrap());
     let shared = Arc::new(Shared::default());
     for n in NAMES {
         shared.timeline.up(n, "1.35");
@@ -221,7 +196,7 @@ async fn upgrade(kube_mvp: bool) -> Vec<(String, BTreeMap<&'static str, usize>, 
             shared.timeline.up(name, release);
             cp.start_apiserver(i).await.unwrap();
             if !served.contains_key(release) {
-                served.insert(release.to_string(), own_collections(&cp, i).await);
+                served.insert(release.to_string(), cp.listable(i).await.unwrap());
             }
             door.wait_table_published(open(3)).await.unwrap();
             let deadline = Instant::now() + Duration::from_secs(60);

@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 
 use super::process::{Proc, arg, free_ports, wait_for};
+pub use super::release::Release;
 use super::test_net::TestNet;
 use crate::pki::{Leaf, Pki};
 
@@ -33,67 +34,6 @@ const TEST_NET_PORT: u16 = 6443;
 
 /// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
 pub const TOKENS: &[(&str, &str, &str)] = &[("admin-token", "token-admin", "system:masters"), ("nobody-token", "nobody", "nobodies")];
-
-/// The current releases the real tier builds from Go modules, newest first
-/// (written once: `scripts/test.sh` builds each line).
-const RELEASES: &str = include_str!("../../../scripts/kube-releases");
-
-/// A real kube-apiserver build.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Release {
-    /// v1.20.2, from Debian's source package.
-    V1_20,
-    /// A current release built from Go modules: `(minor, "1.MINOR.PATCH")`.
-    Modules(u32, &'static str),
-}
-
-impl Release {
-    /// The newest built release of minor `1.minor` (`scripts/kube-releases`).
-    pub fn minor(minor: u32) -> Release {
-        let prefix = format!("1.{minor}.");
-        let version = RELEASES.lines().map(str::trim).find(|l| l.starts_with(&prefix));
-        match version {
-            Some(v) => Release::Modules(minor, v),
-            None => panic!("scripts/kube-releases builds no 1.{minor}.x"),
-        }
-    }
-
-    /// The kube-apiserver binary of this release: `MVP_KUBE_APISERVER` for
-    /// v1.20, else where the build scripts cache it.
-    pub fn bin(self) -> Result<PathBuf> {
-        let (bin, script) = match self {
-            Release::V1_20 => {
-                if let Some(p) = std::env::var_os("MVP_KUBE_APISERVER") {
-                    return Ok(PathBuf::from(p));
-                }
-                (cache_dir()?.join("kube-apiserver-v1.20.2/kube-apiserver"), "scripts/kube-apiserver.sh".to_string())
-            }
-            Release::Modules(_, v) => (cache_dir()?.join(format!("kube-v{v}/kube-apiserver")), format!("scripts/kube-release.sh {v}")),
-        };
-        if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found: run {script} (scripts/test.sh does)", bin.display())) }
-    }
-
-    /// kube-controller-manager of the same release (current releases only).
-    pub fn controller_manager_bin(self) -> Result<PathBuf> {
-        let bin = self.bin()?.with_file_name("kube-controller-manager");
-        if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found", bin.display())) }
-    }
-}
-
-fn cache_dir() -> Result<PathBuf> {
-    let cache = std::env::var_os("MVP_CACHE_DIR").map(PathBuf::from).or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|c| c.join("mvp-envoy"))
-    });
-    cache.context("no cache directory (HOME unset)")
-}
-
-/// The v1.20.2 kube-apiserver (see [`Release::bin`]).
-pub fn kube_apiserver_bin() -> Result<PathBuf> {
-    Release::V1_20.bin()
-}
 
 /// What one real apiserver runs: its name, build and extra flags.
 #[derive(Clone, Debug)]
@@ -415,6 +355,35 @@ impl RealControlPlane {
         })
         .await?;
         Ok(door)
+    }
+
+    /// Every collection apiserver `i` lists in its own aggregated discovery
+    /// (`profile=nopeer`: without its peers'), as a list path —
+    /// `/api/v1/configmaps`, `/apis/{group}/{version}/{resource}` (all
+    /// namespaces for a namespaced one). Who serves what, as a user checks it.
+    pub async fn listable(&self, i: usize) -> Result<std::collections::BTreeSet<String>> {
+        const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
+        let a = self.apiservers.get(i).context("no such apiserver")?;
+        let mut out = std::collections::BTreeSet::new();
+        for root in ["/api", "/apis"] {
+            let doc: serde_json::Value = self.http.get(format!("{}{root}", a.url())).header("accept", NOPEER).send().await?.json().await?;
+            if doc["kind"] != "APIGroupDiscoveryList" {
+                return Err(anyhow!("{} {root}: not aggregated discovery: {doc}", a.name));
+            }
+            for group in doc["items"].as_array().into_iter().flatten() {
+                let g = group["metadata"]["name"].as_str().unwrap_or_default();
+                for v in group["versions"].as_array().into_iter().flatten() {
+                    let version = v["version"].as_str().unwrap_or_default();
+                    let prefix = if g.is_empty() { format!("/api/{version}") } else { format!("/apis/{g}/{version}") };
+                    for r in v["resources"].as_array().into_iter().flatten() {
+                        if r["verbs"].as_array().is_some_and(|vs| vs.iter().any(|x| x == "list")) {
+                            out.insert(format!("{prefix}/{}", r["resource"].as_str().unwrap_or_default()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// `(name, URL)` of every apiserver, for [`super::FrontDoor::in_front_of`].
