@@ -4,8 +4,9 @@
 //! names and health — for `mvp-ext-proc explain` and `GET /debug/route`.
 
 use mvp_protos::routing::v1 as pb;
-use mvp_routing::requestinfo::{Method, RequestInfo, RouteKey, classify, route_key};
-use mvp_routing::table::RouteTable;
+use mvp_routing::requestinfo::{Method, RequestInfo, RouteKey, classify};
+use mvp_routing::route::{self, Decision};
+use mvp_routing::table::{RouteTable, ServerSet};
 use mvp_routing::urlpath::DecodedPath;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,7 @@ pub struct Explanation {
     pub routed_by: Option<String>,
     pub table_version: String,
     pub apiservers: Vec<Member>,
-    pub decision: Decision,
+    pub decision: Outcome,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -50,17 +51,20 @@ pub struct Member {
     pub name: String,
     pub address: String,
     pub healthy: bool,
+    /// Not closed: the filter may route to it.
+    pub open: bool,
     /// Whether the table says it serves this request (`None`: not routed).
     pub serves: Option<bool>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Decision {
-    /// `pinned` (only the listed apiservers get it) or `loadBalanced`.
+pub struct Outcome {
+    /// `pinned` (only the listed apiservers get it), `loadBalanced`, or
+    /// `unavailable` (the 503 Status).
     pub action: String,
-    /// The override-host list the filter sets (the first rotation; later
-    /// requests start at the next healthy member).
+    /// The route header the filter sets (the first rotation; later requests
+    /// start at the next healthy member; `unavailable` for the 503).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hosts: Option<String>,
     pub reason: String,
@@ -113,12 +117,13 @@ fn routed_by(key: &RouteKey<'_>) -> Option<String> {
     }
 }
 
-/// Explains `method raw_path` against the published `table`.
+/// Explains `method raw_path` against the published `table`: the filter's
+/// own [`route::route`] decision, in words.
 pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result<Explanation, String> {
     let rt = RouteTable::from_proto(table).map_err(|e| e.to_string())?;
     let path = DecodedPath::parse(raw_path.as_bytes());
     let info = classify(Method::from_bytes(method.as_bytes()), &path);
-    let key = route_key(&path);
+    let (key, decision) = route::route(&rt, &path);
     let set = rt.servers(&key);
     let what = routed_by(&key);
     let apiservers = table
@@ -129,43 +134,54 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
             name: a.name.clone(),
             address: a.address.clone(),
             healthy: a.healthy,
+            open: !a.closed,
             serves: set.map(|s| s & (1u64 << i) != 0),
         })
         .collect::<Vec<_>>();
-    let decision = match (&what, set) {
-        (None, _) => Decision {
-            action: "loadBalanced".into(),
-            hosts: None,
-            reason: "not a path the front door routes: every apiserver answers it itself (kube serves it locally too)".into(),
-        },
-        (Some(w), None | Some(0)) if rt.pending() => {
-            let pending: Vec<&str> = table.apiservers.iter().filter(|a| a.closed && a.pending).map(|a| a.name.as_str()).collect();
-            Decision {
-                action: "unavailable".into(),
-                hosts: None,
-                reason: format!(
+    let w = what.as_deref().unwrap_or("");
+    let names = |pick: &dyn Fn(usize, &pb::Apiserver) -> bool| -> Vec<&str> {
+        table.apiservers.iter().enumerate().filter(|(i, a)| pick(*i, a)).map(|(_, a)| a.name.as_str()).collect()
+    };
+    let in_set = |set: ServerSet| move |i: usize, _: &pb::Apiserver| set & (1u64 << i) != 0;
+    let (action, reason) = match decision {
+        Decision::NotRouted => ("loadBalanced", "not a path the front door routes: every apiserver answers it itself (kube serves it locally too)".to_string()),
+        Decision::ServedByNone => ("loadBalanced", format!("no apiserver serves {w}: whichever answers gives its own 404")),
+        Decision::ServedByAll => ("loadBalanced", format!("every apiserver serves {w}, and every one is open")),
+        Decision::Unavailable { set: 0 } => {
+            let pending = names(&|_, a| a.closed && a.pending);
+            (
+                "unavailable",
+                format!(
                     "no apiserver is known to serve {w}, but what {} serve{} now is not known yet (restarting, draining or not read): the 503 Status until it is, never a 404",
                     pending.join(", "),
-                    if pending.len() == 1 { "s" } else { "" }
+                    s_if_one(&pending)
                 ),
-            }
+            )
         }
-        (Some(w), None | Some(0)) => Decision {
-            action: "loadBalanced".into(),
-            hosts: None,
-            reason: format!("no apiserver serves {w}: whichever answers gives its own 404"),
-        },
-        (Some(w), Some(s)) if s == rt.all() => Decision { action: "loadBalanced".into(), hosts: None, reason: format!("every apiserver serves {w}") },
-        (Some(w), Some(s)) => {
-            let serving: Vec<&Member> = apiservers.iter().filter(|m| m.serves == Some(true)).collect();
-            let names = serving.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ");
-            let mut reason = format!("only {names} serve{} {w}", if serving.len() == 1 { "s" } else { "" });
-            if serving.iter().all(|m| !m.healthy) {
-                reason.push_str("; none of them is healthy now: the client gets the 503 Status unless one answers");
-            } else if serving.iter().any(|m| !m.healthy) {
+        Decision::Unavailable { set } => {
+            let serving = names(&in_set(set));
+            ("unavailable", format!("only {} serve{} {w}, and {} closed (draining, restarting or not read): the 503 Status, never a 404", serving.join(", "), s_if_one(&serving), if serving.len() == 1 { "it is" } else { "all are" }))
+        }
+        Decision::Pinned { set, .. } => {
+            let serving = names(&in_set(set));
+            let closed = names(&|i, a| in_set(set)(i, a) && a.closed);
+            let mut reason = if set == rt.all() {
+                format!("every apiserver serves {w}, but {} {} closed (draining, restarting or not read): only the open ones get it", closed.join(", "), if closed.len() == 1 { "is" } else { "are" })
+            } else {
+                let mut r = format!("only {} serve{} {w}", serving.join(", "), s_if_one(&serving));
+                if !closed.is_empty() {
+                    r.push_str(&format!("; {} closed, not routed to", closed.join(", ")));
+                }
+                r
+            };
+            let open = names(&|i, a| in_set(set)(i, a) && !a.closed);
+            let unhealthy = names(&|i, a| in_set(set)(i, a) && !a.closed && !a.healthy);
+            if unhealthy.len() == open.len() {
+                reason.push_str("; none of the open ones is healthy now: the client gets the 503 Status unless one answers");
+            } else if !unhealthy.is_empty() {
                 reason.push_str("; healthy ones first, the others only on failover");
             }
-            Decision { action: "pinned".into(), hosts: rt.pinned(s).map(|u| u.header_value(0).to_string()), reason }
+            ("pinned", reason)
         }
     };
     Ok(Explanation {
@@ -175,8 +191,12 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
         routed_by: what,
         table_version: format!("{:016x}", table.version),
         apiservers,
-        decision,
+        decision: Outcome { action: action.into(), hosts: decision.hosts(0).map(str::to_string), reason },
     })
+}
+
+fn s_if_one(names: &[&str]) -> &'static str {
+    if names.len() == 1 { "s" } else { "" }
 }
 
 /// The human form `mvp-ext-proc explain` prints.
@@ -199,7 +219,12 @@ pub fn render(e: &Explanation) -> String {
             Some(false) => "does not serve it",
             None => "-",
         };
-        let _ = writeln!(out, "  apiserver:  {:<16} {:<22} {:<9} {serves}", m.name, m.address, if m.healthy { "healthy" } else { "UNHEALTHY" });
+        let state = match (m.open, m.healthy) {
+            (false, _) => "CLOSED",
+            (true, true) => "healthy",
+            (true, false) => "UNHEALTHY",
+        };
+        let _ = writeln!(out, "  apiserver:  {:<16} {:<22} {:<9} {serves}", m.name, m.address, state);
     }
     let _ = writeln!(out, "  decision:   {}{}", e.decision.action, e.decision.hosts.as_ref().map(|h| format!(" to {h}")).unwrap_or_default());
     let _ = writeln!(out, "  why:        {}", e.decision.reason);
@@ -247,6 +272,60 @@ mod tests {
         let e = explain(&sample(), "GET", "/version").unwrap();
         assert!(e.decision.reason.contains("not a path the front door routes"));
         assert!(explain(&pb::RoutingTable::default(), "GET", "/").is_err(), "no table yet");
+    }
+
+    /// Every path of the sample, under every combination of closed, pending
+    /// and unhealthy members: explain's hosts are the filter's header.
+    #[test]
+    fn says_exactly_what_the_filter_does_whatever_the_members_state() {
+        let paths = [
+            "/api/v1/namespaces/default/pods/p",
+            "/apis/apps/v1/namespaces/ns/deployments/d",
+            "/apis/apps/v1/namespaces/ns/deployments/d/scale",
+            "/apis/resource.k8s.io/v1/resourceclaims",
+            "/apis/batch/v1/jobs",
+            "/apis/unknown.example/v1/things",
+            "/openapi/v3/api/v1",
+            "/version",
+        ];
+        for mask in 0..(1u32 << 9) {
+            let mut t = sample();
+            for (i, a) in t.apiservers.iter_mut().enumerate() {
+                a.closed = mask & (1 << i) != 0;
+                a.pending = a.closed && mask & (1 << (i + 3)) != 0;
+                a.healthy = mask & (1 << (i + 6)) == 0;
+            }
+            let rt = RouteTable::from_proto(&t).unwrap();
+            for path in paths {
+                let e = explain(&t, "GET", path).unwrap();
+                assert_eq!(e.decision.hosts.as_deref(), mvp_routing::route::decide(&rt, path.as_bytes(), 0), "{path} with {:?}", t.apiservers);
+                let action = match e.decision.hosts.as_deref() {
+                    None => "loadBalanced",
+                    Some(h) if h == mvp_contract::headers::UNAVAILABLE => "unavailable",
+                    Some(_) => "pinned",
+                };
+                assert_eq!(e.decision.action, action, "{path}: {}", e.decision.reason);
+            }
+        }
+    }
+
+    /// The operator's case: one member closed (hung). The filter pins even
+    /// an API every member serves to the open ones, and explain says so.
+    #[test]
+    fn a_closed_member_is_named_and_not_routed_to() {
+        let mut t = sample();
+        t.apiservers[0].closed = true;
+        let e = explain(&t, "GET", "/api/v1/namespaces/default/pods").unwrap();
+        assert_eq!((e.decision.action.as_str(), e.decision.hosts.as_deref()), ("pinned", Some("127.0.0.1:1002,127.0.0.1:1003")));
+        assert!(e.decision.reason.contains("every apiserver serves v1 pods, but a is closed"), "{}", e.decision.reason);
+        assert!(render(&e).contains("CLOSED"), "{}", render(&e));
+        // Only a closed member serves the scale subresource: the 503.
+        let e = explain(&t, "GET", "/apis/apps/v1/namespaces/ns/deployments/d/scale").unwrap();
+        assert_eq!(e.decision.action, "unavailable");
+        assert!(e.decision.reason.contains("only a serves apps/v1 deployments/scale, and it is closed"), "{}", e.decision.reason);
+        let e = explain(&t, "GET", "/apis/apps/v1/namespaces/ns/deployments/d").unwrap();
+        assert!(e.decision.reason.contains("only b serve") || e.decision.reason.contains("only a, b serve"), "{}", e.decision.reason);
+        assert!(e.decision.reason.contains("a closed, not routed to"), "{}", e.decision.reason);
     }
 
     #[test]

@@ -41,7 +41,7 @@ async fn explain_says_where_a_request_goes_and_why() {
     let e: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(e["request"]["verb"], "watch");
     assert_eq!(e["decision"]["action"], "loadBalanced");
-    assert_eq!(e["decision"]["reason"], "every apiserver serves v1 pods");
+    assert_eq!(e["decision"]["reason"], "every apiserver serves v1 pods, and every one is open");
     assert_eq!(e["apiservers"].as_array().unwrap().len(), 2);
 
     let (ok, text) = explain(&door, &["/apis/nope.example.com/v1/widgets"]);
@@ -49,6 +49,17 @@ async fn explain_says_where_a_request_goes_and_why() {
 
     let (ok, text) = explain(&door, &["/healthz"]);
     assert!(ok && text.contains("kind=nonResource") && text.contains("not a path the front door routes"), "{text}");
+
+    // v130 hangs (SIGSTOP): once it is closed the filter pins even an API
+    // both serve to v137, and explain says so — the same decision.
+    door.fake("v130").proc.signal("STOP");
+    let closed = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v130" && s["open"] == false));
+    door.wait_table_published(closed).await.unwrap();
+    let (ok, text) = explain(&door, &["/api/v1/namespaces/default/pods"]);
+    door.fake("v130").proc.signal("CONT");
+    assert!(ok, "{text}");
+    assert!(text.contains(&format!("decision:   pinned to {v137}")) && text.contains("every apiserver serves v1 pods, but v130 is closed"), "{text}");
+    assert!(text.lines().any(|l| l.contains("v130") && l.contains("CLOSED")), "{text}");
 
     // The daemon not there: a clear error.
     let out = Command::new(ext_proc_bin().unwrap()).args(["explain", "--server", "http://127.0.0.1:9", "/api"]).output().unwrap();

@@ -1,36 +1,71 @@
-//! request → classify → look up → pin: the whole per-request decision, in
-//! plain Rust so it is tested natively. The adapter only moves headers in
-//! and out.
+//! request → classify → look up → decide: the whole per-request decision,
+//! in plain Rust so it is tested natively. The filter acts on the
+//! [`Decision`] (the adapter only moves headers in and out) and `explain`
+//! says it in words — both from this one function, so they cannot disagree.
 
 use crate::requestinfo::{RouteKey, route_key};
-use crate::table::RouteTable;
+use crate::table::{RouteTable, ServerSet, Upstreams};
 use crate::urlpath::DecodedPath;
 use mvp_contract::headers::UNAVAILABLE;
 
-/// The override-host list (`IP:port,IP:port,…`) for a request, or `None` to
-/// leave it to Envoy's normal load balancing. `n` spreads requests over the
-/// capable apiservers.
+/// Where a request goes, and why.
+#[derive(Debug, Clone, Copy)]
+pub enum Decision<'t> {
+    /// Not a path the front door routes (`/healthz`, `/version`, `/apis`,
+    /// …): any apiserver answers it itself, as kube serves it locally.
+    NotRouted,
+    /// No apiserver is known to serve it, and every member's API set is
+    /// known: whichever answers gives its own (correct) 404.
+    ServedByNone,
+    /// Every apiserver serves it and every one is open: Envoy's own load
+    /// balancing.
+    ServedByAll,
+    /// Only `set` serves it, or a member is closed: pinned to the open
+    /// members of `set` (healthy ones first).
+    Pinned { set: ServerSet, upstreams: &'t Upstreams },
+    /// The 503 Status with `Retry-After`, never a 404: only closed members
+    /// serve it (`set`), or nobody is known to (`set == 0`) while some
+    /// member's API set is unknown (restarting, or not read yet) — that
+    /// member may be about to serve it.
+    Unavailable { set: ServerSet },
+}
+
+impl<'t> Decision<'t> {
+    /// The route header's value for the `n`th request routed this way
+    /// (`n` spreads requests over the capable apiservers), or `None` to
+    /// leave the request to Envoy's normal load balancing.
+    pub fn hosts(&self, n: u32) -> Option<&'t str> {
+        match self {
+            Decision::Pinned { upstreams, .. } => Some(upstreams.header_value(n)),
+            Decision::Unavailable { .. } => Some(UNAVAILABLE),
+            Decision::NotRouted | Decision::ServedByNone | Decision::ServedByAll => None,
+        }
+    }
+}
+
+/// The decision for a request, and what it is routed by (for the access
+/// log and `explain`).
 ///
 /// Neither the method nor the query changes the group/version/resource/
 /// subresource RequestInfo derives, so routing reads only the path.
-pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
-    lookup(table, &DecodedPath::parse(raw_path), n).1
+pub fn route<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>) -> (RouteKey<'p>, Decision<'t>) {
+    let key = route_key(path);
+    let decision = match table.servers(&key) {
+        _ if key == RouteKey::None => Decision::NotRouted,
+        None | Some(0) if table.pending() => Decision::Unavailable { set: 0 },
+        None | Some(0) => Decision::ServedByNone,
+        Some(set) => match table.pinned(set) {
+            None => Decision::ServedByAll,
+            Some(u) if u.unavailable() => Decision::Unavailable { set },
+            Some(upstreams) => Decision::Pinned { set, upstreams },
+        },
+    };
+    (key, decision)
 }
 
-/// [`decide`], also handing back what the request is routed by (for the
-/// access log).
-///
-/// An API the table does not know is left to the apiserver's own 404 —
-/// unless some member's current API set is unknown (it is restarting, or
-/// not read yet): then the answer is [`UNAVAILABLE`], the 503 Status, since
-/// that member may be about to serve it.
-pub fn lookup<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>, n: u32) -> (RouteKey<'p>, Option<&'t str>) {
-    let key = route_key(path);
-    let hosts = match table.servers(&key) {
-        None | Some(0) if table.pending() && key != RouteKey::None => Some(UNAVAILABLE),
-        set => set.and_then(|set| table.pinned(set)).map(|u| u.header_value(n)),
-    };
-    (key, hosts)
+/// The route header's value for a request (see [`Decision::hosts`]).
+pub fn decide<'t>(table: &'t RouteTable, raw_path: &[u8], n: u32) -> Option<&'t str> {
+    route(table, &DecodedPath::parse(raw_path)).1.hosts(n)
 }
 
 #[cfg(test)]

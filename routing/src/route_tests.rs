@@ -40,8 +40,8 @@ fn a_pinned_request_names_its_key() {
     let t = RouteTable::from_proto(&sample()).unwrap();
     let label = |p: &str| {
         let path = DecodedPath::parse(p.as_bytes());
-        let (k, h) = lookup(&t, &path, 0);
-        h.map(|h| (h.to_string(), k.label()))
+        let (k, d) = route(&t, &path);
+        d.hosts(0).map(|h| (h.to_string(), k.label()))
     };
     assert_eq!(label("/apis/apps/v1/namespaces/ns/deployments/d/scale"), Some(("127.0.0.1:1001".into(), "apps/v1/deployments/scale".into())));
     assert_eq!(label("/apis/resource.k8s.io/v1"), Some(("127.0.0.1:1002".into(), "apis/resource.k8s.io/v1".into())));
@@ -52,7 +52,7 @@ fn a_pinned_request_names_its_key() {
 #[test]
 fn every_request_names_what_it_is_routed_by() {
     let t = RouteTable::from_proto(&sample()).unwrap();
-    let key = |p: &str| lookup(&t, &DecodedPath::parse(p.as_bytes()), 0).0.label();
+    let key = |p: &str| route(&t, &DecodedPath::parse(p.as_bytes())).0.label();
     assert_eq!(key("/api/v1/namespaces/ns/pods/p"), "v1/pods");
     assert_eq!(key("/apis/unknown.example/v1/things"), "unknown.example/v1/things");
     assert_eq!(key("/healthz"), "");

@@ -70,6 +70,11 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
+    /// Only closed members are in the set: the one value is [`UNAVAILABLE`].
+    pub fn unavailable(&self) -> bool {
+        matches!(&*self.rotations, [only] if &**only == UNAVAILABLE)
+    }
+
     /// The header value for the `n`th request routed to this set.
     pub fn header_value(&self, n: u32) -> &str {
         let len = self.rotations.len().max(1);

@@ -56,7 +56,7 @@ impl Router {
         let table = self.table.current();
         let n = self.counter.get();
         let decoded = DecodedPath::parse(&path);
-        let (key, hosts) = route::lookup(&table, &decoded, n);
+        let (key, decision) = route::route(&table, &decoded);
         // What it is routed by, for the access log (when it is on).
         if self.config.export_route_key
             && key != RouteKey::None
@@ -68,7 +68,7 @@ impl Router {
                 host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
             }
         }
-        let Some(hosts) = hosts else {
+        let Some(hosts) = decision.hosts(n) else {
             return;
         };
         self.counter.set(n.wrapping_add(1));
