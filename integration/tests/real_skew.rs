@@ -203,6 +203,33 @@ async fn kubectl_sees_and_changes_every_servers_resources() {
             assert!(kubectl(&["get", what, name, "-o", "name"]).contains(name), "get {what}/{name}");
         }
     }
+    exec_answers_as_directly(&cp, &kc, &user);
+}
+
+/// `kubectl exec` (an upgrade request: WebSocket, SPDY as fallback) through
+/// the door gets the apiserver's own answer, the same as directly. There is
+/// no kubelet here, so the real servers allow no stream: the pod is bound to
+/// a node that does not exist, and every server answers the upgrade with
+/// that error.
+fn exec_answers_as_directly(cp: &RealControlPlane, door_kc: &std::path::Path, user: &str) {
+    let run = |kc: &std::path::Path, args: &[&str]| {
+        let cache = tempfile::tempdir().unwrap();
+        Command::new(kubectl_137().unwrap()).arg("--kubeconfig").arg(kc).arg("--cache-dir").arg(cache.path()).args(args).output().unwrap()
+    };
+    let pod = cp.dir.path().join("pod.yaml");
+    // No controller-manager creates the namespace's service account here.
+    std::fs::write(&pod, "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: default}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: shell, namespace: default}\nspec: {nodeName: node-gone, containers: [{name: c, image: busybox}]}\n").unwrap();
+    let created = run(door_kc, &["apply", "-f", &pod.to_string_lossy()]);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let exec = ["exec", "-n", "default", "shell", "--", "true"];
+    let through_door = run(door_kc, &exec);
+    let dir = tempfile::tempdir().unwrap();
+    for a in &cp.apiservers {
+        let direct = run(&kubeconfig(dir.path(), &a.url(), &cp.pki.serving.cert_file, user), &exec);
+        assert!(!direct.status.success() && !through_door.status.success());
+        assert_eq!(String::from_utf8_lossy(&through_door.stderr), String::from_utf8_lossy(&direct.stderr), "kubectl exec through the door vs {}", a.name);
+    }
+    eprintln!("kubectl exec: {}", String::from_utf8_lossy(&through_door.stderr));
 }
 
 /// The Python `kubernetes` client through the door during the skew: its

@@ -30,4 +30,4 @@ pub use served::{ServedResource, served_resources};
 pub use tools::{
     decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, python, routing_floor_wasm, wasm_file, workspace_root,
 };
-pub use topology::{Ports, Topology, edit_http_filters, plain_round_robin};
+pub use topology::{Ports, Topology, edit_http_filters, plain_round_robin, plain_round_robin_bypassing_kube_mvp};

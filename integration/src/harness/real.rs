@@ -41,25 +41,42 @@ pub struct Spec {
     pub name: String,
     pub release: Release,
     pub args: Vec<String>,
-    /// kube's own Mixed Version Proxy and peer-aggregated discovery
-    /// (`--peer-ca-file`, the proxy client certificate, the peer address).
-    pub kube_mvp: bool,
+    pub kube_mvp: KubeMvp,
+}
+
+/// kube's own Mixed Version Proxy and peer-aggregated discovery on a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeMvp {
+    /// No peer flags: no MVP filter, `/apis` is the server's own.
+    Off,
+    /// As each release has it by default: off before 1.36 (alpha — and
+    /// 1.35 refuses the peer flags while its gate is off), from 1.36 (beta,
+    /// on by default) the peer flags (`--peer-ca-file`, the proxy client
+    /// certificate, the peer address). What a cluster gets by upgrading
+    /// alone.
+    AsReleased,
+    /// The peer flags and the gate asked for, whatever the release.
+    On,
 }
 
 impl Spec {
     pub fn new(name: &str, release: Release, args: &[&str]) -> Spec {
-        Spec { name: name.into(), release, args: args.iter().map(|s| s.to_string()).collect(), kube_mvp: false }
+        Spec { name: name.into(), release, args: args.iter().map(|s| s.to_string()).collect(), kube_mvp: KubeMvp::Off }
     }
 
     /// The same server with kube's own Mixed Version Proxy on.
-    pub fn with_kube_mvp(mut self) -> Spec {
-        self.kube_mvp = true;
+    pub fn with_kube_mvp(self) -> Spec {
+        self.with(KubeMvp::On)
+    }
+
+    pub fn with(mut self, kube_mvp: KubeMvp) -> Spec {
+        self.kube_mvp = kube_mvp;
         self
     }
 }
 
 /// The skew: three releases, each serving resources the others lack — by
-/// release (1.37 serves `mutatingadmissionpolicies` in
+/// release (1.36+ serves `mutatingadmissionpolicies` in
 /// `admissionregistration.k8s.io/v1`, a group-version every server serves)
 /// and by `--runtime-config` (beta and alpha versions one server enables;
 /// `coordination.k8s.io/v1beta1` gives kas-137 alone a namespaced resource,
@@ -80,7 +97,7 @@ pub struct RealApiserver {
     pub port: u16,
     pub release: Release,
     pub extra_args: Vec<String>,
-    pub kube_mvp: bool,
+    pub kube_mvp: KubeMvp,
     pub proc: Option<Proc>,
 }
 
@@ -213,7 +230,13 @@ impl RealControlPlane {
             // Removed in 1.24; v1.20 serves plain HTTP on 8080 without it.
             args.push("--insecure-port=0".into());
         }
-        if a.kube_mvp {
+        let peer_flags = match (a.kube_mvp, a.release) {
+            (KubeMvp::Off, _) => false,
+            (KubeMvp::AsReleased, Release::Modules(minor, _)) => minor >= 36,
+            (KubeMvp::AsReleased, Release::V1_20) => false,
+            (KubeMvp::On, _) => true,
+        };
+        if peer_flags {
             // kube's own MVP: peers verify each other's serving certificates
             // with the serving CA (SNI kubernetes.default.svc) and proxy with
             // the front-proxy client certificate; each advertises its own
@@ -226,9 +249,9 @@ impl RealControlPlane {
                 format!("--peer-advertise-port={}", a.port),
             ]);
             // Alpha before 1.36 — and a 1.37 binary emulating 1.35 takes
-            // 1.35's defaults — so it is asked for; from 1.36 it is the
+            // 1.35's defaults — so `On` asks for it; from 1.36 it is the
             // default, and naming a default is accepted.
-            if a.release != Release::V1_20 {
+            if a.kube_mvp == KubeMvp::On && a.release != Release::V1_20 {
                 args.push("--feature-gates=UnknownVersionInteroperabilityProxy=true".into());
             }
         }

@@ -247,6 +247,28 @@ pub fn plain_round_robin(yaml: String) -> String {
     edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"))
 }
 
+/// The plain front door in front of servers that run kube's own Mixed
+/// Version Proxy, with that proxy switched off for its requests by kube's
+/// own means: every request carries kube's loop guard
+/// (`x-kubernetes-peer-proxied: true`: served where it lands, never proxied
+/// to a peer) and `/apis` asks for `profile=nopeer` (the server's own
+/// document, not the peer-aggregated one). What a load balancer gave before
+/// kube had its MVP — on the same servers as the doors it is compared with.
+pub fn plain_round_robin_bypassing_kube_mvp(yaml: String) -> String {
+    const NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer,application/json";
+    let overwrite = |key: &str, value: &str| serde_json::json!([{"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]);
+    let mut v: Value = serde_yaml_ng::from_str(&plain_round_robin(yaml)).unwrap_or_default();
+    if let Some(vhost) = v.pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0") {
+        vhost["request_headers_to_add"] = overwrite(mvp_contract::headers::PEER_PROXIED, "true");
+        for route in vhost["routes"].as_array_mut().into_iter().flatten() {
+            if route["match"]["path"] == "/apis" {
+                route["request_headers_to_add"] = overwrite("accept", NOPEER);
+            }
+        }
+    }
+    serde_yaml_ng::to_string(&v).unwrap_or_default()
+}
+
 /// Edits the HTTP filter chain of a rendered bootstrap (for
 /// `Options::edit_config` in negative tests).
 pub fn edit_http_filters(yaml: &str, edit: impl FnOnce(&mut Vec<Value>)) -> String {
