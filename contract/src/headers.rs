@@ -12,6 +12,16 @@ pub const ROUTE: &str = "x-mvp-route";
 /// Not `IP:port`, so it can never name a cluster member.
 pub const UNAVAILABLE: &str = "unavailable";
 
+/// The [`UNAVAILABLE`] answer for a discovery or OpenAPI document
+/// (`/apis/{g}/{v}`, `/apis/{g}`, `/openapi/v3/{key}`): the same 503 Status
+/// without `Retry-After`. client-go retries a 503 only when it carries
+/// `Retry-After`, up to 10 times per request, and a new client asks for
+/// every group-version's document: with the hint, a kubectl with an empty
+/// cache stalled 70–190 s while one apiserver was down. kube's own
+/// unaggregated discovery answers an unavailable group-version 503 without
+/// one; requests for resources keep it.
+pub const UNAVAILABLE_DOCUMENT: &str = "unavailable-document";
+
 /// kube-apiserver's loop guard: a request carrying it is never proxied to a
 /// peer again. Envoy's route table adds it to requests the filter pinned;
 /// clients cannot send it (stripped like [`ROUTE`]).

@@ -147,7 +147,7 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
         Decision::NotRouted => ("loadBalanced", "not a path the front door routes: every apiserver answers it itself (kube serves it locally too)".to_string()),
         Decision::ServedByNone => ("loadBalanced", format!("no apiserver serves {w}: whichever answers gives its own 404")),
         Decision::ServedByAll => ("loadBalanced", format!("every apiserver serves {w}, and every one is open")),
-        Decision::Unavailable { set: 0 } => {
+        Decision::Unavailable { set: 0, .. } => {
             let pending = names(&|_, a| a.closed && a.pending);
             (
                 "unavailable",
@@ -158,7 +158,7 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
                 ),
             )
         }
-        Decision::Unavailable { set } => {
+        Decision::Unavailable { set, .. } => {
             let serving = names(&in_set(set));
             ("unavailable", format!("only {} serve{} {w}, and {} closed (draining, restarting or not read): the 503 Status, never a 404", serving.join(", "), s_if_one(&serving), if serving.len() == 1 { "it is" } else { "all are" }))
         }
@@ -301,7 +301,7 @@ mod tests {
                 assert_eq!(e.decision.hosts.as_deref(), mvp_routing::route::decide(&rt, path.as_bytes(), 0), "{path} with {:?}", t.apiservers);
                 let action = match e.decision.hosts.as_deref() {
                     None => "loadBalanced",
-                    Some(h) if h == mvp_contract::headers::UNAVAILABLE => "unavailable",
+                    Some(mvp_contract::headers::UNAVAILABLE | mvp_contract::headers::UNAVAILABLE_DOCUMENT) => "unavailable",
                     Some(_) => "pinned",
                 };
                 assert_eq!(e.decision.action, action, "{path}: {}", e.decision.reason);

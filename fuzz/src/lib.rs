@@ -16,7 +16,8 @@ use mvp_routing::table::RouteTable;
 use mvp_routing::urlpath::DecodedPath;
 use prost::Message;
 
-const UNAVAILABLE: &str = "unavailable";
+/// The route header's two "503 Status" values (`mvp_contract::headers`).
+const UNAVAILABLE: [&str; 2] = ["unavailable", "unavailable-document"];
 
 /// A real discovery document (`integration/fixtures/discovery/`).
 pub fn fixture(release: &str, file: &str) -> Vec<u8> {
@@ -32,7 +33,7 @@ static MERGED: LazyLock<MergedDocument> = LazyLock::new(|| {
         .map(|r| (r, from_aggregated(Root::Groups, &fixture(r, "apis.json"), None).unwrap_or_else(|e| panic!("{r}: {e}"))))
         .collect();
     let servers = views.iter().map(|(r, v)| (r.to_string(), v.groups.as_slice())).collect();
-    MergedDocument::build(&servers, None)
+    MergedDocument::build(&servers, &Default::default(), None)
 });
 
 static V133: LazyLock<RootView> =
@@ -41,7 +42,7 @@ static V133: LazyLock<RootView> =
 /// Every address an override-host value names is one of `table`'s.
 fn names_only_members(value: Option<&str>, table: &pb::RoutingTable) {
     let Some(v) = value else { return };
-    if v == UNAVAILABLE {
+    if UNAVAILABLE.contains(&v) {
         return;
     }
     for host in v.split(',') {
@@ -93,7 +94,7 @@ pub fn discovery_merge(data: &[u8]) {
     let mut servers = BTreeMap::new();
     servers.insert("real".to_string(), V133.groups.as_slice());
     servers.insert("fuzzed".to_string(), view.groups.as_slice());
-    let merged = MergedDocument::build(&servers, None);
+    let merged = MergedDocument::build(&servers, &Default::default(), None);
     // What we serve must be a document clients (and we) accept.
     let again = from_aggregated(Root::Groups, &merged.json.identity, None);
     assert!(again.is_ok(), "the merged document does not parse: {:?}", again.err());
@@ -101,7 +102,7 @@ pub fn discovery_merge(data: &[u8]) {
     // same bytes, whatever was reused.
     let Ok(reread) = from_aggregated(Root::Groups, data, Some(&view)) else { return };
     servers.insert("fuzzed".to_string(), reread.groups.as_slice());
-    let rebuilt = MergedDocument::build(&servers, Some(&merged));
+    let rebuilt = MergedDocument::build(&servers, &Default::default(), Some(&merged));
     assert!(rebuilt.json.identity == merged.json.identity && rebuilt.protobuf.identity == merged.protobuf.identity, "an incremental build differs");
 }
 

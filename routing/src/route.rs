@@ -6,7 +6,7 @@
 use crate::requestinfo::{RouteKey, route_key};
 use crate::table::{RouteTable, ServerSet, Upstreams};
 use crate::urlpath::DecodedPath;
-use mvp_contract::headers::UNAVAILABLE;
+use mvp_contract::headers::{UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 
 /// Where a request goes, and why.
 #[derive(Debug, Clone, Copy)]
@@ -23,11 +23,12 @@ pub enum Decision<'t> {
     /// Only `set` serves it, or a member is closed: pinned to the open
     /// members of `set` (healthy ones first).
     Pinned { set: ServerSet, upstreams: &'t Upstreams },
-    /// The 503 Status with `Retry-After`, never a 404: only closed members
-    /// serve it (`set`), or nobody is known to (`set == 0`) while some
-    /// member's API set is unknown (restarting, or not read yet) — that
-    /// member may be about to serve it.
-    Unavailable { set: ServerSet },
+    /// The 503 Status, never a 404: only closed members serve it (`set`),
+    /// or nobody is known to (`set == 0`) while some member's API set is
+    /// unknown (restarting, or not read yet) — that member may be about to
+    /// serve it. With `Retry-After` for a resource request; without for a
+    /// discovery or OpenAPI document (see [`UNAVAILABLE_DOCUMENT`]).
+    Unavailable { set: ServerSet, retry_after: bool },
 }
 
 impl<'t> Decision<'t> {
@@ -37,7 +38,8 @@ impl<'t> Decision<'t> {
     pub fn hosts(&self, n: u32) -> Option<&'t str> {
         match self {
             Decision::Pinned { upstreams, .. } => Some(upstreams.header_value(n)),
-            Decision::Unavailable { .. } => Some(UNAVAILABLE),
+            Decision::Unavailable { retry_after: true, .. } => Some(UNAVAILABLE),
+            Decision::Unavailable { retry_after: false, .. } => Some(UNAVAILABLE_DOCUMENT),
             Decision::NotRouted | Decision::ServedByNone | Decision::ServedByAll => None,
         }
     }
@@ -50,13 +52,14 @@ impl<'t> Decision<'t> {
 /// subresource RequestInfo derives, so routing reads only the path.
 pub fn route<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>) -> (RouteKey<'p>, Decision<'t>) {
     let key = route_key(path);
+    let retry_after = matches!(key, RouteKey::Resource { .. });
     let decision = match table.servers(&key) {
         _ if key == RouteKey::None => Decision::NotRouted,
-        None | Some(0) if table.pending() => Decision::Unavailable { set: 0 },
+        None | Some(0) if table.pending() => Decision::Unavailable { set: 0, retry_after },
         None | Some(0) => Decision::ServedByNone,
         Some(set) => match table.pinned(set) {
             None => Decision::ServedByAll,
-            Some(u) if u.unavailable() => Decision::Unavailable { set },
+            Some(u) if u.unavailable() => Decision::Unavailable { set, retry_after },
             Some(upstreams) => Decision::Pinned { set, upstreams },
         },
     };

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
 use crate::testing::sample;
+use mvp_contract::headers::UNAVAILABLE_DOCUMENT;
 
 #[test]
 fn decisions() {
@@ -67,9 +68,10 @@ fn an_unknown_api_is_unavailable_while_a_members_api_set_is_unknown() {
     let t = RouteTable::from_proto(&p).unwrap();
     let cases: &[(&str, Option<&str>)] = &[
         ("/apis/unknown.example/v1/things", Some(UNAVAILABLE)),
-        ("/apis/unknown.example/v1", Some(UNAVAILABLE)),
+        // Documents: the same 503 without Retry-After.
+        ("/apis/unknown.example/v1", Some(UNAVAILABLE_DOCUMENT)),
         ("/apis/apps/v2/deployments", Some(UNAVAILABLE)),
-        ("/openapi/v3/apis/unknown.example/v1", Some(UNAVAILABLE)),
+        ("/openapi/v3/apis/unknown.example/v1", Some(UNAVAILABLE_DOCUMENT)),
         // Known APIs route as before; non-resource paths are never touched.
         ("/apis/apps/v1/namespaces/ns/deployments/d/scale", Some("127.0.0.1:1001")),
         ("/apis", None),
@@ -83,4 +85,24 @@ fn an_unknown_api_is_unavailable_while_a_members_api_set_is_unknown() {
     p.apiservers[2].pending = false;
     let t = RouteTable::from_proto(&p).unwrap();
     assert_eq!(decide(&t, b"/apis/unknown.example/v1/things", 0), None);
+}
+
+/// Only a closed member serves it: a resource request gets the 503 with
+/// Retry-After, its discovery and OpenAPI documents the 503 without (a new
+/// client's discovery must not wait out ten retries per document).
+#[test]
+fn documents_only_closed_members_serve_are_unavailable_without_retry_after() {
+    let mut p = sample();
+    p.apiservers[1].closed = true;
+    let t = RouteTable::from_proto(&p).unwrap();
+    let cases: &[(&str, &str)] = &[
+        ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims", UNAVAILABLE),
+        ("/apis/resource.k8s.io/v1/resourceclaims?watch=1", UNAVAILABLE),
+        ("/apis/resource.k8s.io/v1", UNAVAILABLE_DOCUMENT),
+        ("/apis/resource.k8s.io", UNAVAILABLE_DOCUMENT),
+        ("/openapi/v3/apis/resource.k8s.io/v1", UNAVAILABLE_DOCUMENT),
+    ];
+    for (path, want) in cases {
+        assert_eq!(decide(&t, path.as_bytes(), 0), Some(*want), "{path}");
+    }
 }

@@ -46,6 +46,34 @@ use crate::apiservers::ApiserverSpec;
 /// unaggregated JSON for servers older than 1.26.
 pub const DISCOVERY_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
+/// How long `/readyz` may take: Envoy's own health check of the same path
+/// (`xds::clusters`: 1 s timeout, unhealthy after 2 failures) — a hung
+/// apiserver is closed in the table as soon as Envoy stops sending it
+/// traffic, not after the discovery read deadline (10 s).
+pub const READYZ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One apiserver's `/readyz`, under [`READYZ_TIMEOUT`].
+pub struct ReadyProbe {
+    client: reqwest::Client,
+    base: String,
+    options: DiscoveryOptions,
+}
+
+impl ReadyProbe {
+    /// Whether the apiserver wants new requests: `/readyz` answers 200.
+    /// kube fails it from SIGTERM on, through `--shutdown-delay-duration`
+    /// (while it still serves), until its listener closes. An answer that
+    /// says nothing about readiness (401/403: these credentials may not ask;
+    /// 404: no such endpoint) counts as ready, so a server is never closed
+    /// for how it is asked.
+    pub async fn check(&self) -> Result<(), DiscoveryError> {
+        match fetch::get(&self.client, &self.base, "/readyz", "text/plain", None, &self.options).await {
+            Ok(_) | Err(FetchError::Status(401 | 403)) => Ok(()),
+            Err(source) => Err(DiscoveryError::Fetch { path: "/readyz".into(), source }),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct DiscoveryOptions {
     pub timeout: Duration,
@@ -200,19 +228,16 @@ impl Discoverer {
         Ok(view)
     }
 
-    /// Whether the apiserver wants new requests: `/readyz` answers 200.
-    /// kube fails it from SIGTERM on, through `--shutdown-delay-duration`
-    /// (while it still serves), until its listener closes. An answer that
-    /// says nothing about readiness (401/403: these credentials may not ask;
-    /// 404: no such endpoint) counts as ready, so a server is never closed
-    /// for how it is asked.
+    /// Whether the apiserver wants new requests (see [`ReadyProbe::check`]).
     pub async fn read_ready(&mut self, address: Option<SocketAddr>) -> Result<(), DiscoveryError> {
-        let client = self.client(address)?;
-        match self.get(&client, "/readyz", "text/plain", None).await {
-            Ok(_) => Ok(()),
-            Err(DiscoveryError::Fetch { source: FetchError::Status(401 | 403), .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.ready_probe(address)?.check().await
+    }
+
+    /// A `/readyz` probe of this apiserver that can run while one of its
+    /// reads is in flight (the same client and connections).
+    pub fn ready_probe(&mut self, address: Option<SocketAddr>) -> Result<ReadyProbe, DiscoveryError> {
+        let options = DiscoveryOptions { timeout: self.options.timeout.min(READYZ_TIMEOUT), ..self.options.clone() };
+        Ok(ReadyProbe { client: self.client(address)?, base: self.base.clone(), options })
     }
 
     /// The apiserver's release (`/version`'s `gitVersion`), for operators.

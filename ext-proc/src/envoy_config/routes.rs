@@ -3,7 +3,7 @@
 //! apiservers the filter pinned a request to, and the default route.
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
-use mvp_contract::headers::{PEER_PROXIED, ROUTE, UNAVAILABLE};
+use mvp_contract::headers::{PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::limits::MAX_LISTED_APISERVERS;
 use serde_json::{Value, json};
 
@@ -60,7 +60,7 @@ const UNPINNED_RETRIES: usize = 3;
 /// lists 1..=[`MAX_LISTED_APISERVERS`] members, and one that only closed
 /// members serve is answered here.
 pub fn routes(identity_header: Option<&str>) -> Vec<Value> {
-    let mut out = vec![unavailable()];
+    let mut out = vec![unavailable(), unavailable_document()];
     if let Some(header) = identity_header {
         out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header)));
     }
@@ -77,6 +77,17 @@ fn unavailable() -> Value {
         "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"exact": UNAVAILABLE}}]},
         "direct_response": {"status": 503},
         "response_headers_to_add": [{"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+        "typed_per_filter_config": without_ext_proc(),
+    })
+}
+
+/// The same for a discovery or OpenAPI document only closed members serve:
+/// no `Retry-After`, so a new client's discovery fails that group-version at
+/// once instead of waiting out ten retries (`UNAVAILABLE_DOCUMENT`).
+fn unavailable_document() -> Value {
+    json!({
+        "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"exact": UNAVAILABLE_DOCUMENT}}]},
+        "direct_response": {"status": 503},
         "typed_per_filter_config": without_ext_proc(),
     })
 }
@@ -127,16 +138,22 @@ mod tests {
         let r = routes(None);
         let m = MERGED_PATHS.len();
         let set = m + MAX_LISTED_APISERVERS + 1;
-        assert_eq!(r.len(), 1 + set);
-        assert_eq!(r[0]["direct_response"]["status"], 503, "the unavailable answer comes first");
+        // The two unavailable answers come first: resources with Retry-After,
+        // documents without.
+        let u = 2;
+        assert_eq!(r.len(), u + set);
+        assert_eq!(r[0]["direct_response"]["status"], 503);
+        assert_eq!(r[0]["response_headers_to_add"][0]["header"]["key"], "retry-after");
+        assert_eq!((r[1]["direct_response"]["status"].as_u64(), r[1]["match"]["headers"][0]["string_match"]["exact"].as_str()), (Some(503), Some(UNAVAILABLE_DOCUMENT)));
+        assert!(r[1]["response_headers_to_add"].is_null(), "no Retry-After on documents");
         let with_identity = routes(Some("x-remote-user"));
-        assert_eq!(with_identity.len(), 1 + 2 * set);
-        assert_eq!(with_identity[1]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
-        assert_eq!(with_identity[1]["match"]["headers"][0]["name"], "x-remote-user");
-        assert_eq!(with_identity[2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
-        assert_eq!(r[1 + m]["route"]["retry_policy"]["num_retries"], 0);
-        assert_eq!(r[1 + m + 1]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[1 + m + 1]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        assert_eq!(with_identity.len(), u + 2 * set);
+        assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
+        assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
+        assert_eq!(with_identity[u - 1 + 2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
+        assert_eq!(r[u + m]["route"]["retry_policy"]["num_retries"], 0);
+        assert_eq!(r[u + m + 1]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[u + m + 1]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));

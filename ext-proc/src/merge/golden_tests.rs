@@ -27,7 +27,7 @@ fn shared(inputs: &BTreeMap<String, Vec<APIGroupDiscovery>>) -> Servers {
 }
 
 fn build(servers: &Servers, previous: Option<&MergedDocument>) -> MergedDocument {
-    MergedDocument::build(&servers.iter().map(|(k, v)| (k.clone(), v.as_slice())).collect(), previous)
+    MergedDocument::build(&servers.iter().map(|(k, v)| (k.clone(), v.as_slice())).collect(), &Default::default(), previous)
 }
 
 /// The merged groups, read back from the JSON body, and checked against
@@ -227,4 +227,30 @@ proptest! {
         prop_assert_eq!(again.groups_encoded, touched);
         prop_assert_eq!(build(&changed, Some(&again)).groups_encoded, 0);
     }
+}
+
+/// A closed member's group-versions no open member serves are listed stale;
+/// once it is open again (the very same inputs) they are current again — a
+/// stale group's encodings are never reused.
+#[test]
+fn group_versions_only_closed_members_serve_are_stale_until_they_open() {
+    let servers = shared(&[(name("v1.30"), fixture("v1.30")), (name("v1.37"), fixture("v1.37"))].into_iter().collect());
+    let freshness = |doc: &MergedDocument, group: &str, version: &str| {
+        let items = items(doc);
+        let g = items.iter().find(|g| g.name() == group).unwrap_or_else(|| panic!("{group} listed"));
+        g.versions.iter().find(|v| v.version == version).map(|v| v.freshness.to_string()).unwrap()
+    };
+    let all_open = build(&servers, None);
+    let only_137 = ("lifecycle.k8s.io", "v1alpha1");
+    let shared_gv = ("apps", "v1");
+    assert_eq!(freshness(&all_open, only_137.0, only_137.1), "Current");
+    let closed: BTreeSet<String> = [name("v1.37")].into();
+    let doc = MergedDocument::build(&servers.iter().map(|(k, v)| (k.clone(), v.as_slice())).collect(), &closed, Some(&all_open));
+    assert_eq!(freshness(&doc, only_137.0, only_137.1), "Stale", "only the closed v1.37 serves it");
+    assert_eq!(freshness(&doc, shared_gv.0, shared_gv.1), "Current", "the open v1.30 serves it too");
+    assert_ne!(doc.etag, all_open.etag);
+    let reopened = build(&servers, Some(&doc));
+    assert_eq!(freshness(&reopened, only_137.0, only_137.1), "Current");
+    assert_eq!(reopened.etag, all_open.etag);
+    assert!(reopened.json.identity == all_open.json.identity);
 }

@@ -6,7 +6,7 @@
 //! only the groups it touches. Every body is the concatenation of per-group
 //! fragments, exactly what encoding the whole list writes (tested).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::ops::Range;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::peer_aggregated;
+use super::{peer_aggregated, stale};
 use crate::apidiscovery::go_json::go_json_into;
 use crate::apidiscovery::{self as ad, APIGroupDiscovery, APIGroupDiscoveryList, SharedGroup, Str, etag, go_json, protobuf};
 
@@ -92,6 +92,9 @@ struct Part {
     json: Range<usize>,
     protobuf: Range<usize>,
     group_list: Option<Range<usize>>,
+    /// Some version was marked stale: never reused (the next build may
+    /// find its members open again with the very same inputs).
+    stale: bool,
 }
 
 /// A group's encodings in the previous document, unchanged.
@@ -102,16 +105,19 @@ struct Reused<'a> {
 }
 
 impl MergedDocument {
-    /// `servers` in name order, each with its own groups; `previous`, the
-    /// last build, whose unchanged groups are reused.
+    /// `servers` in name order, each with its own groups; `closed`, those
+    /// of them not open now (their group-versions no open server serves are
+    /// marked stale: [`stale`]); `previous`, the last build, whose unchanged
+    /// groups are reused.
     ///
     /// One pass over the groups: each is merged (or found unchanged) and
     /// written in all three forms while it is in the cache. A pass per form
     /// fetched each of a CRD-heavy document's 3,000 groups from memory once
     /// per form; one pass takes a quarter less CPU (BENCHMARKS.md).
-    pub fn build(servers: &BTreeMap<String, &[SharedGroup]>, previous: Option<&MergedDocument>) -> MergedDocument {
+    pub fn build(servers: &BTreeMap<String, &[SharedGroup]>, closed: &BTreeSet<String>, previous: Option<&MergedDocument>) -> MergedDocument {
         let (started, cpu_started) = (std::time::Instant::now(), crate::thread_cpu::now());
         let lists: Vec<&[SharedGroup]> = servers.values().copied().collect();
+        let closed: Vec<bool> = servers.keys().map(|n| closed.contains(n)).collect();
         let plan = peer_aggregated::plan(&lists);
         let size = |f: fn(&MergedDocument) -> &Encoded| previous.map_or(0, |p| f(p).identity.len());
         let mut json = ListBody::new(&JSON_LIST, size(|p| &p.json));
@@ -128,7 +134,9 @@ impl MergedDocument {
         let mut groups_encoded = 0;
         for group_inputs in &plan {
             let Some(first) = group_inputs.first() else { continue };
-            let (json_at, protobuf_at, list_at) = match previous.and_then(|p| p.reuse(group_inputs)) {
+            let stale = stale::stale_versions(group_inputs, &lists, &closed);
+            let reused = if stale.is_empty() { previous.and_then(|p| p.reuse(group_inputs)) } else { None };
+            let (json_at, protobuf_at, list_at) = match reused {
                 Some(Reused { json: j, protobuf: p, group_list: l }) => {
                     protobuf::item_head(p.len(), &mut pb);
                     let at = pb.len();
@@ -136,7 +144,10 @@ impl MergedDocument {
                     (json.item(|out| out.extend_from_slice(j)), at..pb.len(), l.map(|l| group_list.item(|out| out.extend_from_slice(l))))
                 }
                 None => {
-                    let Some(g) = peer_aggregated::merge_group_inputs(group_inputs.iter().map(|g| &***g)) else { continue };
+                    let Some(mut g) = peer_aggregated::merge_group_inputs(group_inputs.iter().map(|g| &***g)) else { continue };
+                    if !stale.is_empty() {
+                        stale::mark(g.to_mut(), &stale);
+                    }
                     groups_encoded += 1;
                     let at = lengths.item(&g, &mut pb);
                     let protobuf_at = at..pb.len();
@@ -147,7 +158,7 @@ impl MergedDocument {
             item_lens.push(protobuf_at.len());
             let from = inputs.len();
             inputs.extend(group_inputs.iter().map(|g| Arc::clone(g)));
-            parts.insert(Str::from(first.name()), Part { inputs: from..inputs.len(), json: json_at, protobuf: protobuf_at, group_list: list_at });
+            parts.insert(Str::from(first.name()), Part { inputs: from..inputs.len(), json: json_at, protobuf: protobuf_at, group_list: list_at, stale: !stale.is_empty() });
         }
         let json = json.finish();
         let group_list = group_list.finish();
@@ -182,7 +193,7 @@ impl MergedDocument {
 
     /// This document's encodings of a group, if it merged exactly `inputs`.
     fn reuse(&self, inputs: &[&SharedGroup]) -> Option<Reused<'_>> {
-        let part = self.parts.get(inputs.first()?.name())?;
+        let part = self.parts.get(inputs.first()?.name()).filter(|p| !p.stale)?;
         let held = self.inputs.get(part.inputs.clone())?;
         let same = held.len() == inputs.len() && held.iter().zip(inputs).all(|(a, b)| Arc::ptr_eq(a, b));
         if !same {

@@ -141,7 +141,7 @@ mod tests {
 
     fn doc() -> MergedDocument {
         let servers = [("a".to_string(), &[][..]), ("b".to_string(), &[][..])].into_iter().collect();
-        MergedDocument::build(&servers, None)
+        MergedDocument::build(&servers, &Default::default(), None)
     }
 
     fn asking(accept: &str) -> Exchange {

@@ -79,13 +79,13 @@ pub struct Syncer {
     table_changed_tx: watch::Sender<std::time::SystemTime>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
     /// Builds the merged `/apis` off this loop (see [`latest`]).
-    merger: latest::Latest<Vec<(String, Arc<ServerView>)>>,
+    merger: latest::Latest<publish::DiscoveryInputs>,
     /// Builds the merged OpenAPI documents off this loop.
     openapi_merger: latest::Latest<Vec<(String, Arc<ServerOpenApi>)>>,
     /// The documents the last merged OpenAPI handed over was made of.
     openapi_from: Option<Vec<(String, Arc<ServerOpenApi>)>>,
     /// The views the last merged `/apis` handed over was made of.
-    merged_from: Option<Vec<(String, Arc<ServerView>)>>,
+    merged_from: Option<publish::DiscoveryInputs>,
     /// What the current table was built from.
     table_from: Vec<TableInput>,
     /// Writes the state file off this loop (see [`publish::StateWriter`]).

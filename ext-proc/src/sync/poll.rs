@@ -84,7 +84,13 @@ pub async fn poll(
             version_due = true;
             was_ready = true;
         }
-        let result = discoverer.discover(address).await;
+        let probe = discoverer.ready_probe(address).ok();
+        let Some(result) = watched(discoverer.discover(address), probe.as_ref(), interval, id, address, &reports).await else {
+            // Not ready mid-read (hung, or draining): what the read found
+            // must not reopen it. Ready again, it may be another release.
+            was_ready = false;
+            continue;
+        };
         let mut version = None;
         if result.is_err() {
             // When it answers again it may be another release: read
@@ -102,9 +108,43 @@ pub async fn poll(
         // OpenAPI after discovery is reported: a new API set routes without
         // waiting for megabytes of schemas.
         if let Some(view) = view {
-            let result = discoverer.read_openapi(address, &view).await;
+            let Some(result) = watched(discoverer.read_openapi(address, &view), probe.as_ref(), interval, id, address, &reports).await else {
+                was_ready = false;
+                continue;
+            };
             if reports.send(Report::OpenApi { id, result }).await.is_err() {
                 return;
+            }
+        }
+    }
+}
+
+/// Runs one read of a member, probing its `/readyz` every `interval`
+/// meanwhile: a member that hangs mid-read (SIGSTOP, a frozen machine) is
+/// reported not ready — closed, as Envoy's health check stops sending it
+/// traffic — within the probe's deadline (2 s), not after the read's (10 s,
+/// measured 12 s before). The read itself goes on to its own deadline, and
+/// its result is dropped (`None`): a draining member must not be reopened by
+/// a read that started before it drained.
+async fn watched<T>(
+    read: impl std::future::Future<Output = T>,
+    probe: Option<&crate::discover::ReadyProbe>,
+    interval: Duration,
+    id: MemberId,
+    address: Option<SocketAddr>,
+    reports: &mpsc::Sender<Report>,
+) -> Option<T> {
+    let Some(probe) = probe else { return Some(read.await) };
+    tokio::pin!(read);
+    let mut reported = false;
+    loop {
+        tokio::select! {
+            out = &mut read => return (!reported).then_some(out),
+            _ = tokio::time::sleep(interval), if !reported => {
+                if let Err(e) = probe.check().await {
+                    reported = true;
+                    let _ = reports.send(Report::Discovery { id, address, resolve_error: None, ready: Err(e), result: None, version: None }).await;
+                }
             }
         }
     }

@@ -5,6 +5,7 @@
 //! state file written off the loop ([`super::latest`]): the table never
 //! waits for a merge or a disk.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -133,25 +134,32 @@ impl Syncer {
     }
 
     /// Merges the same servers routing uses (healthy, or unhealthy with
-    /// their last known API set), and only when one of their views changed:
-    /// views are replaced only when different, so pointer equality means
-    /// unchanged. The merge runs off this loop and off the runtime's
-    /// threads (the merger, on the blocking pool): a CRD-heavy document takes
-    /// long enough to delay table updates and stall ext_proc answers.
+    /// their last known API set), and only when one of their views changed
+    /// or one of them opened or closed (group-versions only closed members
+    /// serve are marked stale: `merge::stale`): views are replaced only when
+    /// different, so pointer equality means unchanged. The merge runs off
+    /// this loop and off the runtime's threads (the merger, on the blocking
+    /// pool): a CRD-heavy document takes long enough to delay table updates
+    /// and stall ext_proc answers.
     fn rebuild_discovery(&mut self) {
-        let inputs: Vec<(String, Arc<ServerView>)> = self
-            .slots
-            .iter()
-            .map(|s| &s.state)
-            .filter(|s| s.address.is_some())
-            .filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?)))
-            .collect();
-        if self.merged_from.as_ref().is_some_and(|from| same_named(&inputs, from)) {
+        let members = self.slots.iter().map(|s| &s.state).filter(|s| s.address.is_some());
+        let views: Vec<(String, Arc<ServerView>)> = members.clone().filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?))).collect();
+        let closed: BTreeSet<String> = members.filter(|s| !s.open).map(|s| s.spec.name.clone()).collect();
+        if self.merged_from.as_ref().is_some_and(|from| same_named(&views, &from.views) && closed == from.closed) {
             return;
         }
+        let inputs = DiscoveryInputs { views, closed };
         self.merged_from = Some(inputs.clone());
         self.merger.hand_over(inputs);
     }
+}
+
+/// What the merged `/apis` is built from: every member's view, and which of
+/// them are closed.
+#[derive(Clone, Default)]
+pub(super) struct DiscoveryInputs {
+    pub views: Vec<(String, Arc<ServerView>)>,
+    pub closed: BTreeSet<String>,
 }
 
 /// The state file writer, off the sync loop like the mergers: serialising
@@ -196,15 +204,15 @@ impl StateWriter {
 }
 
 /// The peer-aggregated `/apis` merger: merged and encoded off the sync loop.
-pub(super) fn merger(merged: watch::Sender<Option<Arc<MergedDocument>>>, metrics: Arc<Metrics>) -> Latest<Vec<(String, Arc<ServerView>)>> {
+pub(super) fn merger(merged: watch::Sender<Option<Arc<MergedDocument>>>, metrics: Arc<Metrics>) -> Latest<DiscoveryInputs> {
     // Builds run one at a time; each starts from the last one's encodings.
     let last: std::sync::Mutex<Option<Arc<MergedDocument>>> = Default::default();
     Latest::spawn(
         "peer-aggregated discovery",
-        move |inputs: &Vec<(String, Arc<ServerView>)>| {
-            let servers: std::collections::BTreeMap<String, &[_]> = inputs.iter().map(|(n, v)| (n.clone(), v.groups.as_slice())).collect();
+        move |inputs: &DiscoveryInputs| {
+            let servers: std::collections::BTreeMap<String, &[_]> = inputs.views.iter().map(|(n, v)| (n.clone(), v.groups.as_slice())).collect();
             let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let doc = Arc::new(MergedDocument::build(&servers, last.as_deref()));
+            let doc = Arc::new(MergedDocument::build(&servers, &inputs.closed, last.as_deref()));
             *last = Some(doc.clone());
             doc
         },

@@ -92,7 +92,7 @@ impl Isolated {
 
     fn build(big: &RootView, old: &RootView, previous: Option<&MergedDocument>) -> MergedDocument {
         let servers = [("big".to_string(), big.groups.as_slice()), ("old".to_string(), old.groups.as_slice())].into_iter().collect();
-        MergedDocument::build(&servers, previous)
+        MergedDocument::build(&servers, &Default::default(), previous)
     }
 
     /// Applies one server's new document; the build's time in ms.
