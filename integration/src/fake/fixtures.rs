@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use mvp_ext_proc::apidiscovery::etag::quoted_sha512;
+use super::digest::sha512_upper_hex;
 
 /// An aggregated document with the ETag kube-apiserver would send for it:
 /// quoted uppercase-hex SHA-512 of the list's JSON.
@@ -22,7 +22,7 @@ pub struct Aggregated {
 impl Aggregated {
     pub fn new(doc: &Value) -> Aggregated {
         let body = serde_json::to_vec(doc).unwrap_or_default();
-        let etag = quoted_sha512(&body);
+        let etag = format!("\"{}\"", sha512_upper_hex(&body));
         Aggregated { body, etag }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 mod control;
+mod digest;
 mod discovery;
 mod openapi;
 pub mod fixtures;

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use mvp_ext_proc::apidiscovery::etag::quoted_sha512;
+use super::digest::sha512_upper_hex;
 
 use super::fixtures::Documents;
 use super::state::{FakeState, not_found};
@@ -37,7 +37,7 @@ fn document(docs: &Documents, key: &str) -> Option<Vec<u8>> {
 /// kube-openapi's hash: uppercase hex SHA-512 of the document (its ETag
 /// without the quotes).
 fn hash(body: &[u8]) -> String {
-    quoted_sha512(body).trim_matches('"').to_string()
+    sha512_upper_hex(body)
 }
 
 pub(super) fn index(docs: &Documents) -> Response {

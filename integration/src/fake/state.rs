@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use super::fixtures::Documents;
 
-pub use mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE as AGGREGATED_V2;
+/// kube's aggregated discovery media type (written here, not taken from
+/// the product the fakes check).
+pub const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 #[derive(Clone)]
 pub struct FakeState {
