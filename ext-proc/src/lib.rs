@@ -4,11 +4,19 @@
 //! - table path: [`apiservers`] (the configured set) → [`discover`] (what
 //!   each apiserver serves — its [`capabilities`] — over plain HTTP or mTLS) → [`sync`] (one loop;
 //!   per-apiserver state and health policy) → [`routing_table`] (bitmasks,
-//!   versioned) → [`publish`] (`GetTable` for Envoy's wasm refresher).
+//!   versioned) → [`table_service`] (`GetTable` for Envoy's wasm refresher).
 //! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
 //!   encoded, built off the loop, freed memory handed back by [`memory`]) →
 //!   [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`] holds
 //!   Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
+//! - membership path: the `--apiserver` seeds and [`membership`] (identity
+//!   Leases, the `default/kubernetes` Endpoints, through kube-rs reflectors)
+//!   → [`sync`] (a poller per member: `/readyz`, discovery, OpenAPI; opens a
+//!   member only once every connected Envoy acknowledged its endpoint) →
+//!   [`xds`] (ADS: CDS the apiserver clusters, EDS every member, DRAINING
+//!   once departed); the state file keeps API sets across restarts.
+//! - OpenAPI path: [`discover`] → [`openapi`] (the merged `/openapi/v2` and
+//!   v3 index) → [`rewrite`].
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
 //! - Operators: [`admin`] (`/` the [`status_page`], `/metrics`, `/healthz`,
@@ -30,13 +38,13 @@ pub mod memory;
 pub mod merge;
 pub mod metrics;
 pub mod openapi;
-pub mod publish;
 pub mod rewrite;
 pub mod routing_table;
 pub mod serve;
 pub mod status_page;
 pub mod stopping;
 pub mod sync;
+pub mod table_service;
 pub mod thread_cpu;
 pub mod tls;
 pub mod unchanged;

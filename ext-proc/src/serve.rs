@@ -17,7 +17,7 @@ use crate::tls::PeerTls;
 use crate::stopping::Stop;
 use crate::xds::{AdsServer, ClusterOptions, Snapshot};
 use crate::membership::kube::KubeOptions;
-use crate::{admin, membership, publish, rewrite};
+use crate::{admin, membership, rewrite, table_service};
 
 pub struct ServeOptions {
     pub apiservers: Vec<ApiserverSpec>,
@@ -115,8 +115,8 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
 
     let grpc_router = tonic::transport::Server::builder()
         .add_service(ads.service())
-        .add_service(publish::TableService::server(published.table.clone(), metrics.clone()))
-        .add_service(rewrite::server::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
+        .add_service(table_service::TableService::server(published.table.clone(), metrics.clone()))
+        .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
     tokio::spawn(stop.on_signal());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));
     let sync_task = tokio::spawn(syncer.run(members));

@@ -5,7 +5,7 @@
 //! from clients), [`hcm`] (header stripping, local replies), [`filters`]
 //! (the wasm router, ext_proc for `/apis`; the wasm refresher beside them),
 //! [`routes`] (retries and the peer-proxied header for pinned requests),
-//! [`clusters`] (mvp-ext-proc). The apiserver clusters and their members
+//! [`static_cluster`] (mvp-ext-proc). The apiserver clusters and their members
 //! come from mvp-ext-proc over ADS ([`crate::xds`]), so membership changes
 //! without restarting Envoy.
 //!
@@ -19,7 +19,7 @@
 //!   request fails over to another apiserver that serves the same API, and
 //!   never past it ([`routes`]).
 
-mod clusters;
+mod static_cluster;
 mod filters;
 mod hcm;
 mod listener;
@@ -85,11 +85,11 @@ fn split_host_port(s: &str) -> Option<(String, u16)> {
 
 /// mvp-ext-proc as Envoy reaches it: a Unix socket (`pipe`) or a host and
 /// port.
-fn ext_proc_address(s: &str) -> Option<clusters::Address> {
+fn ext_proc_address(s: &str) -> Option<static_cluster::Address> {
     if let Some(p) = s.strip_prefix(crate::grpc_listen::UNIX_PREFIX) {
-        return crate::grpc_listen::unix_path(p).ok().map(|_| clusters::Address::Pipe(p.to_string()));
+        return crate::grpc_listen::unix_path(p).ok().map(|_| static_cluster::Address::Pipe(p.to_string()));
     }
-    split_host_port(s).map(|(host, port)| clusters::Address::HostPort(host, port))
+    split_host_port(s).map(|(host, port)| static_cluster::Address::HostPort(host, port))
 }
 
 fn path(p: &std::path::Path) -> String {
@@ -116,7 +116,7 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
             "listeners": [listener::listener(o, forwards_identity)],
-            "clusters": [clusters::ext_proc(ext_proc_address)],
+            "clusters": [static_cluster::ext_proc(ext_proc_address)],
         },
         // The apiserver clusters (CDS) and their members (EDS) from
         // mvp-ext-proc, state of the world on one ADS stream. Until the first

@@ -15,11 +15,11 @@
 
 pub mod decide;
 pub mod exchange;
-pub mod grpc;
+pub mod service;
 pub mod negotiate;
 pub mod openapi;
 pub mod response;
-pub mod server;
+pub mod handler;
 pub mod stream;
 
 pub use exchange::REQUEST_ATTRIBUTES;

@@ -16,7 +16,7 @@ use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
 use super::decide::{Outcome, Replacement};
-use super::grpc::Outgoing;
+use super::service::Outgoing;
 
 /// A header to set (overwriting).
 fn set(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {

@@ -9,7 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 /// The response stream of one `Process` call: `ProcessingResponse`s, or
-/// mvp-ext-proc's pre-encoded [`super::grpc::Outgoing`].
+/// mvp-ext-proc's pre-encoded [`super::service::Outgoing`].
 pub type Responses<T> = ReceiverStream<Result<T, Status>>;
 
 pub fn answer_each<T, F>(mut inbound: Streaming<ProcessingRequest>, handle: F) -> Responses<T>

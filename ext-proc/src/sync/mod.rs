@@ -3,7 +3,7 @@
 //! every member is
 //! read by its own loop ([`poll`]: its own schedule, its own deadline), the
 //! loop applies their reports to each member's [`state`], and
-//! [`publish`] rebuilds what changed: who is open, Envoy's endpoints, the
+//! [`outputs`] rebuilds what changed: who is open, Envoy's endpoints, the
 //! table, the state file ([`persist`]); the merged `/apis` and OpenAPI are
 //! built off the loop ([`latest`]).
 
@@ -17,10 +17,10 @@ use tokio::sync::{Notify, mpsc, watch};
 
 mod latest;
 pub mod persist;
-mod publish;
+mod outputs;
 mod reconcile;
 
-use publish::TableInput;
+use outputs::TableInput;
 pub mod poll;
 pub mod state;
 
@@ -79,17 +79,17 @@ pub struct Syncer {
     table_changed_tx: watch::Sender<std::time::SystemTime>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
     /// Builds the merged `/apis` off this loop (see [`latest`]).
-    merger: latest::Latest<publish::DiscoveryInputs>,
+    merger: latest::Latest<outputs::DiscoveryInputs>,
     /// Builds the merged OpenAPI documents off this loop.
     openapi_merger: latest::Latest<Vec<(String, Arc<ServerOpenApi>)>>,
     /// The documents the last merged OpenAPI handed over was made of.
     openapi_from: Option<Vec<(String, Arc<ServerOpenApi>)>>,
     /// The views the last merged `/apis` handed over was made of.
-    merged_from: Option<publish::DiscoveryInputs>,
+    merged_from: Option<outputs::DiscoveryInputs>,
     /// What the current table was built from.
     table_from: Vec<TableInput>,
-    /// Writes the state file off this loop (see [`publish::StateWriter`]).
-    state_writer: Option<publish::StateWriter>,
+    /// Writes the state file off this loop (see [`outputs::StateWriter`]).
+    state_writer: Option<outputs::StateWriter>,
     /// The views last handed to the state file writer.
     persisted_from: Vec<Option<Arc<ServerView>>>,
     metrics: Arc<Metrics>,
@@ -157,12 +157,12 @@ impl Syncer {
             table_tx,
             table_changed_tx,
             states_tx,
-            merger: publish::merger(merged_tx, metrics.clone()),
-            openapi_merger: publish::openapi_merger(openapi_tx),
+            merger: outputs::merger(merged_tx, metrics.clone()),
+            openapi_merger: outputs::openapi_merger(openapi_tx),
             openapi_from: None,
             merged_from: None,
             table_from: vec![],
-            state_writer: persisted.map(publish::StateWriter::spawn),
+            state_writer: persisted.map(outputs::StateWriter::spawn),
             persisted_from: vec![],
             metrics,
         };

@@ -3,7 +3,7 @@
 //! exclusive APIs to itself (a 503 Status) instead of losing them (another
 //! server's 404). Written whenever a view changes, atomically and durably
 //! (temporary file, fsync, rename, fsync of the directory), off the sync
-//! loop (`publish::StateWriter`); read once at start. An entry is used only
+//! loop (`outputs::StateWriter`); read once at start. An entry is used only
 //! for the member of the same name and URL.
 
 use std::collections::BTreeMap;

@@ -12,7 +12,7 @@ use tonic::{Status, Streaming};
 
 use super::decide::{Outcome, Pass, decide};
 use super::exchange::{Exchange, Target};
-use super::grpc::{ExternalProcessorServer, Outgoing, Processor};
+use super::service::{ExternalProcessorServer, Outgoing, Processor};
 use super::openapi::{Upstream, decide_v2, decide_v3_index};
 use super::response;
 use super::stream::{Responses, answer_each};
