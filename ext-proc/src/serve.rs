@@ -83,7 +83,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         peer_tls: o.peer_tls.clone(),
         username_header: o.username_header.clone(),
     };
-    let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::build(&cluster_options, &[]));
+    let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::unpublished());
     let (stop, stopping) = Stop::new();
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
     let ads = ads.ending_streams_at(stopping.clone());

@@ -49,7 +49,9 @@ impl Syncer {
                 Some(EndpointMember { address: s.state.address?, name: s.state.spec.name.clone(), departed: s.state.departed.is_some() })
             })
             .collect();
-        if endpoints != xds.from {
+        // The first publication goes out whatever it holds (ADS answers
+        // nothing before it); later ones only when something changed.
+        if endpoints != xds.from || !xds.snapshot.borrow().published {
             xds.snapshot.send_replace(Snapshot::build(&xds.options, &endpoints));
             xds.from = endpoints;
         }
@@ -61,7 +63,11 @@ impl Syncer {
         let Some(xds) = &mut self.xds else { return };
         if xds.options.tls_files_digest != digest {
             xds.options.tls_files_digest = digest;
-            xds.snapshot.send_replace(Snapshot::build(&xds.options, &xds.from));
+            // Before the first publication there is nothing to replace: it
+            // will carry the new digest.
+            if xds.snapshot.borrow().published {
+                xds.snapshot.send_replace(Snapshot::build(&xds.options, &xds.from));
+            }
         }
     }
 

@@ -239,8 +239,38 @@ impl AggregatedDiscoveryService for AdsServer {
         let mut snapshots = self.snapshot.clone();
         self.metrics.xds_streams(1);
         tokio::spawn(async move {
-            loop {
-                let alive = tokio::select! {
+            // Nothing is answered before the first publication (see
+            // `Snapshot::published`); requests wait, and an endpoint
+            // subscription counts for [`Accepted`] at once, so no member
+            // opens before this Envoy has acknowledged it.
+            let mut held = Vec::new();
+            let mut alive = true;
+            while alive && !snapshots.borrow_and_update().published {
+                alive = tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => {
+                            if req.type_url == ENDPOINT_TYPE && req.response_nonce.is_empty() {
+                                l.server.update_accepted(|st| {
+                                    st.acked.entry(id).or_default();
+                                });
+                            }
+                            held.push(req);
+                            true
+                        }
+                        _ => false,
+                    },
+                    changed = snapshots.changed() => changed.is_ok(),
+                    () = l.server.stopping.clone().stopped() => {
+                        let _ = l.out.try_send(Err(Status::unavailable("mvp-ext-proc is stopping")));
+                        false
+                    }
+                };
+            }
+            for req in held {
+                alive = alive && l.on_request(req).await;
+            }
+            while alive {
+                alive = tokio::select! {
                     msg = inbound.message() => match msg {
                         Ok(Some(req)) => l.on_request(req).await,
                         Ok(None) => false,
@@ -257,9 +287,6 @@ impl AggregatedDiscoveryService for AdsServer {
                         false
                     }
                 };
-                if !alive {
-                    break;
-                }
             }
             tracing::info!(node = %l.node, "ADS stream closed");
             l.server.update_accepted(|st| {

@@ -75,6 +75,11 @@ pub struct Snapshot {
     pub clusters: Resources,
     pub endpoints: Resources,
     pub addresses: BTreeSet<SocketAddr>,
+    /// Built by the sync loop's first publication or later. Until then ADS
+    /// answers nothing: an Envoy that reconnects to a restarted process
+    /// keeps the endpoints it has rather than being sent an empty (or
+    /// smaller) set because a read is still pending.
+    pub published: bool,
 }
 
 impl Snapshot {
@@ -85,7 +90,13 @@ impl Snapshot {
             clusters: Resources::of(clusters.into_iter().map(|c| (c.name.clone(), c)).collect()),
             endpoints: Resources::of(endpoints),
             addresses: members.iter().map(|m| m.address).collect(),
+            published: true,
         })
+    }
+
+    /// What ADS holds from the start until the first publication.
+    pub fn unpublished() -> Arc<Snapshot> {
+        Arc::new(Snapshot::default())
     }
 
     pub fn resources(&self, type_url: &str) -> Option<&Resources> {
