@@ -37,6 +37,11 @@ pub struct ServeOptions {
     pub username_header: String,
 }
 
+/// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
+/// ping may go unanswered before its connection and streams are dropped.
+const GRPC_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+const GRPC_KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
     if !o.apiservers.is_empty() || o.membership.is_none() {
         apiservers::validate_set(&o.apiservers).map_err(anyhow::Error::msg)?;
@@ -113,7 +118,14 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         "mvp-ext-proc serving"
     );
 
+    // HTTP/2 keepalive: an Envoy that stops answering (its machine powered
+    // off or frozen; its kernel may still ACK) loses its ADS stream — and
+    // with it the endpoint set it last acknowledged, which would keep every
+    // joining member closed — within interval + timeout, not when TCP gives
+    // up (~15 min).
     let grpc_router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .add_service(ads.service())
         .add_service(table_service::TableService::server(published.table.clone(), metrics.clone()))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));

@@ -270,3 +270,29 @@ async fn a_departed_member_is_closed_and_its_apis_answer_503() {
     assert!(metrics.contains("mvp_membership_apiservers 2"), "{metrics}");
     assert!(metrics.lines().any(|l| l.starts_with("mvp_membership_changes_total{change=\"departed\"} 1")), "{metrics}");
 }
+
+/// A second Envoy that freezes (SIGSTOP: its machine hangs, its TCP peer
+/// still ACKs) keeps its ADS stream and the endpoint set it last
+/// acknowledged: without HTTP/2 keepalive on the gRPC listener, a member
+/// joining meanwhile stayed closed for every Envoy until TCP gave up
+/// (~15 min; issue 31; measured: still closed after 30 s). With it, the
+/// frozen stream is dropped after the keepalive interval and timeout
+/// (10 + 5 s) and the member opens.
+#[tokio::test]
+async fn a_frozen_envoy_does_not_keep_a_joining_member_closed() {
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], Options { membership: Some("leases"), ..Options::default() })
+        .await
+        .unwrap();
+    let (frozen, _) = door.another_envoy().await.unwrap();
+    frozen.signal("STOP");
+    let started = Instant::now();
+    door.add_fake(FakeSpec::new("v137", "v1.37")).await.unwrap();
+    let open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["open"] == true));
+    door.wait_table_published(open).await.unwrap();
+    eprintln!("joined and opened in {:?} with a frozen Envoy connected", started.elapsed());
+    for _ in 0..6 {
+        let (status, v) = door.get_json(&door.http, EVICTIONS).await.unwrap();
+        assert_eq!((status, served_by(&v)), (200, "v137"));
+    }
+    frozen.signal("CONT");
+}
