@@ -66,7 +66,14 @@ impl Persisted {
     pub fn save<'a>(&self, members: impl IntoIterator<Item = (&'a str, &'a str, &'a ServerView)>) -> Result<(), String> {
         let file = StateFileRef { apiservers: members.into_iter().map(|(n, u, v)| (n, EntryRef { url: u, view: v })).collect() };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
-        let tmp = self.path.with_extension("tmp");
+        // A temporary name of this write's own: two processes (old and new
+        // during a rollout) or two writes never share one, so neither can
+        // truncate or rename the other's half-written file.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut name = self.path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{}.{n}.tmp", std::process::id()));
+        let tmp = self.path.with_file_name(name);
         // The data reaches the disk before the rename makes it the state
         // file: a crash or power loss leaves the old file or the new one,
         // never a torn one.
@@ -76,7 +83,10 @@ impl Persisted {
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)
         };
-        write().map_err(|e| format!("--state-file {}: cannot write: {e}", self.path.display()))?;
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("--state-file {}: cannot write: {e}", self.path.display())
+        })?;
         // And the rename itself once the directory is synced. Best effort:
         // some filesystems refuse to sync a directory, and the file is whole
         // either way.
@@ -104,5 +114,31 @@ mod tests {
         assert_eq!(loaded.get(&("kas-b".to_string(), "https://127.0.0.1:6443/".to_string())), Some(&view));
         std::fs::write(dir.path().join("state.json"), "{").unwrap();
         assert!(p.load().unwrap_err().contains("not a state file"));
+    }
+
+    /// Writers at once (two processes during a rollout write the same file):
+    /// every write succeeds, the file is always whole, no temporary is left.
+    #[test]
+    fn concurrent_writers_never_tear_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut caps = Capabilities::default();
+        for i in 0..200 {
+            caps.add_resource_name("batch", "v1", &format!("things{i}"));
+        }
+        let view = ServerView { capabilities: caps, groups: Default::default() };
+        std::thread::scope(|s| {
+            for w in 0..4 {
+                let (p, view) = (Persisted::new(&path), &view);
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        p.save([(format!("kas-{w}").as_str(), "https://127.0.0.1:6443/", view)]).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(Persisted::new(&path).load().unwrap().len(), 1);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["state.json"]);
     }
 }
