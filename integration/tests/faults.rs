@@ -105,9 +105,7 @@ async fn after_requests(tally: &Tally, n: u64) {
     wait_for("the load to make progress", Duration::from_secs(60), || async { (tally.total() >= target).then_some(()) }).await.unwrap();
 }
 
-fn three() -> Vec<FakeSpec> {
-    vec![FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")]
-}
+use integration::harness::three_fakes as three;
 
 /// v1.37 is killed (SIGKILL) and restarted six times under load from eight
 /// clients: no request is misrouted or gets anything but a correct answer

@@ -43,7 +43,7 @@ fn preinstalled_kubectl() -> PathBuf {
 
 #[tokio::test]
 async fn kubectl_get_raw_reaches_new_and_old_only_resources() {
-    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")];
+    let specs = integration::harness::three_fakes();
     let door = FrontDoor::start(&specs, Options::default()).await.unwrap();
     let config = kubeconfig(door.dir.path(), &door.url(""));
     for kubectl in [preinstalled_kubectl(), kubectl_137().unwrap()] {

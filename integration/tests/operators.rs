@@ -113,7 +113,7 @@ fn chromium(dir: &std::path::Path, args: &[&str], url: &str) -> String {
 /// stopped apiserver shown unhealthy after the next round.
 #[tokio::test]
 async fn status_page_shows_members_and_skew_in_a_browser() {
-    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")];
+    let specs = integration::harness::three_fakes();
     let mut door = FrontDoor::start(&specs, Options::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://127.0.0.1:{}/", door.metrics_port);

@@ -7,11 +7,7 @@ use std::time::{Duration, Instant};
 use integration::harness::{FakeSpec, FrontDoor, Options, edit_http_filters, served_by, served_resources, wait_for};
 use serde_json::Value;
 
-const RELEASES: [(&str, &str); 3] = [("v130", "v1.30"), ("v133", "v1.33"), ("v137", "v1.37")];
-
-fn three() -> Vec<FakeSpec> {
-    RELEASES.iter().map(|(n, r)| FakeSpec::new(n, r)).collect()
-}
+use integration::harness::{THREE_RELEASES as RELEASES, three_fakes as three};
 
 fn release_to_name(release: &str) -> &'static str {
     RELEASES.iter().find(|(_, r)| *r == release).map(|(n, _)| *n).unwrap_or("?")

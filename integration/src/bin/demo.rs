@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use integration::harness::{FakeSpec, FrontDoor, Options, Ports, workspace_root};
+use integration::harness::{FrontDoor, Options, Ports, workspace_root};
 
 #[derive(Parser)]
 struct Args {
@@ -31,7 +31,7 @@ async fn main() -> Result<()> {
     let base: u16 = std::env::var("MVP_DEMO_PORT_BASE").ok().map(|b| b.parse()).transpose().context("MVP_DEMO_PORT_BASE")?.unwrap_or(8400);
     let ports = Ports { listen: base + 43, admin: base + 1, grpc: base + 10, metrics: base + 90 };
     let dir = workspace_root().join(".tools/demo");
-    let specs = [FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")];
+    let specs = integration::harness::three_fakes();
     let options = Options {
         refresh_interval: Duration::from_millis(500),
         fixed_ports: Some((ports, vec![base + 30, base + 33, base + 37])),

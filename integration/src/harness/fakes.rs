@@ -41,6 +41,16 @@ pub struct FakeTls {
     pub tokens: Vec<String>,
 }
 
+/// The fakes' three releases — the real discovery fixtures of v1.30, v1.33
+/// and v1.37 — as `(name, release)`: the demo's and most tests' topology,
+/// written once.
+pub const THREE_RELEASES: [(&str, &str); 3] = [("v130", "v1.30"), ("v133", "v1.33"), ("v137", "v1.37")];
+
+/// One fake apiserver per [`THREE_RELEASES`].
+pub fn three_fakes() -> Vec<FakeSpec> {
+    THREE_RELEASES.iter().map(|(n, r)| FakeSpec::new(n, r)).collect()
+}
+
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
         FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None }

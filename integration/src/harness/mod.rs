@@ -22,7 +22,7 @@ pub mod test_net;
 pub mod tools;
 pub mod topology;
 
-pub use fakes::{Fake, FakeSpec, FakeTls, served_by, start_fake};
+pub use fakes::{Fake, FakeSpec, FakeTls, THREE_RELEASES, served_by, start_fake, three_fakes};
 pub use front_door::{FrontDoor, Options};
 pub use secure::tls_client_config;
 pub use process::{Proc, free_ports, wait_for};
