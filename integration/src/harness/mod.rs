@@ -15,6 +15,7 @@ pub mod fakes;
 pub mod front_door;
 pub mod process;
 pub mod real;
+pub mod real_spec;
 pub mod release;
 pub mod secure;
 pub mod served;

@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 
 use super::process::{Proc, arg, free_ports, wait_for};
+pub use super::real_spec::{KubeMvp, Spec, three_releases};
 pub use super::release::Release;
 use super::test_net::TestNet;
 use crate::pki::{Leaf, Pki};
@@ -34,60 +35,6 @@ const TEST_NET_PORT: u16 = 6443;
 
 /// `token,user,uid,"groups"` lines of the apiservers' `--token-auth-file`.
 pub const TOKENS: &[(&str, &str, &str)] = &[("admin-token", "token-admin", "system:masters"), ("nobody-token", "nobody", "nobodies")];
-
-/// What one real apiserver runs: its name, build and extra flags.
-#[derive(Clone, Debug)]
-pub struct Spec {
-    pub name: String,
-    pub release: Release,
-    pub args: Vec<String>,
-    pub kube_mvp: KubeMvp,
-}
-
-/// kube's own Mixed Version Proxy and peer-aggregated discovery on a server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KubeMvp {
-    /// No peer flags: no MVP filter, `/apis` is the server's own.
-    Off,
-    /// As each release has it by default: off before 1.36 (alpha — and
-    /// 1.35 refuses the peer flags while its gate is off), from 1.36 (beta,
-    /// on by default) the peer flags (`--peer-ca-file`, the proxy client
-    /// certificate, the peer address). What a cluster gets by upgrading
-    /// alone.
-    AsReleased,
-    /// The peer flags and the gate asked for, whatever the release.
-    On,
-}
-
-impl Spec {
-    pub fn new(name: &str, release: Release, args: &[&str]) -> Spec {
-        Spec { name: name.into(), release, args: args.iter().map(|s| s.to_string()).collect(), kube_mvp: KubeMvp::Off }
-    }
-
-    /// The same server with kube's own Mixed Version Proxy on.
-    pub fn with_kube_mvp(self) -> Spec {
-        self.with(KubeMvp::On)
-    }
-
-    pub fn with(mut self, kube_mvp: KubeMvp) -> Spec {
-        self.kube_mvp = kube_mvp;
-        self
-    }
-}
-
-/// The skew: three releases, each serving resources the others lack — by
-/// release (1.36+ serves `mutatingadmissionpolicies` in
-/// `admissionregistration.k8s.io/v1`, a group-version every server serves)
-/// and by `--runtime-config` (beta and alpha versions one server enables;
-/// `coordination.k8s.io/v1beta1` gives kas-137 alone a namespaced resource,
-/// LeaseCandidate).
-pub fn three_releases() -> Vec<Spec> {
-    vec![
-        Spec::new("kas-134", Release::minor(34), &["--runtime-config=storage.k8s.io/v1alpha1=true"]),
-        Spec::new("kas-135", Release::minor(37), &["--emulated-version=1.35", "--runtime-config=networking.k8s.io/v1beta1=true"]),
-        Spec::new("kas-137", Release::minor(37), &["--runtime-config=certificates.k8s.io/v1beta1=true,storagemigration.k8s.io/v1beta1=true,coordination.k8s.io/v1beta1=true"]),
-    ]
-}
 
 /// One real apiserver: its spec, port and process.
 pub struct RealApiserver {
@@ -230,13 +177,7 @@ impl RealControlPlane {
             // Removed in 1.24; v1.20 serves plain HTTP on 8080 without it.
             args.push("--insecure-port=0".into());
         }
-        let peer_flags = match (a.kube_mvp, a.release) {
-            (KubeMvp::Off, _) => false,
-            (KubeMvp::AsReleased, Release::Modules(minor, _)) => minor >= 36,
-            (KubeMvp::AsReleased, Release::V1_20) => false,
-            (KubeMvp::On, _) => true,
-        };
-        if peer_flags {
+        if a.kube_mvp.peer_flags(a.release) {
             // kube's own MVP: peers verify each other's serving certificates
             // with the serving CA (SNI kubernetes.default.svc) and proxy with
             // the front-proxy client certificate; each advertises its own
