@@ -67,12 +67,15 @@ pub struct Upstreams {
     /// last in every value; closed ones never appear. With no open member,
     /// the one value is [`UNAVAILABLE`].
     rotations: Box<[Box<str>]>,
+    /// Only closed members are in the set (decided once per table, not per
+    /// request).
+    unavailable: bool,
 }
 
 impl Upstreams {
     /// Only closed members are in the set: the one value is [`UNAVAILABLE`].
     pub fn unavailable(&self) -> bool {
-        matches!(&*self.rotations, [only] if &**only == UNAVAILABLE)
+        self.unavailable
     }
 
     /// The header value for the `n`th request routed to this set.
@@ -249,7 +252,7 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
         members.partition(|a| a.healthy);
     if healthy.is_empty() && unhealthy.is_empty() {
         // Only closed members serve it: answered 503 by Envoy itself.
-        return Upstreams { rotations: Box::new([UNAVAILABLE.into()]) };
+        return Upstreams { rotations: Box::new([UNAVAILABLE.into()]), unavailable: true };
     }
     // With no healthy member, the first unhealthy one still gets the request:
     // the client then sees a 503 Status rather than another server's 404.
@@ -270,7 +273,7 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
                 .into_boxed_str()
         })
         .collect();
-    Upstreams { rotations }
+    Upstreams { rotations, unavailable: false }
 }
 
 #[cfg(test)]
