@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use std::net::SocketAddr;
 
+use crate::apiservers::MAX_APISERVERS;
 use crate::capabilities::{Capabilities, SortedMap};
 use crate::openapi::ServerOpenApi;
 
@@ -57,7 +58,8 @@ pub struct Member<'a> {
 /// Servers without a resolved address are left out: Envoy cannot be told to
 /// send anything to them.
 pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable {
-    let members: Vec<Member<'a>> = all.into_iter().filter(|s| s.address.is_some()).collect();
+    // At most `MAX_APISERVERS` (one bit each): the sync loop keeps no more.
+    let members: Vec<Member<'a>> = all.into_iter().filter(|s| s.address.is_some()).take(MAX_APISERVERS).collect();
     let mut groups: BTreeMap<String, GroupBits> = BTreeMap::new();
     let mut openapi_v3: BTreeMap<&str, Bits> = BTreeMap::new();
     for (i, s) in members.iter().enumerate() {

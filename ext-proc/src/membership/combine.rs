@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::kube::Found;
 use super::{Desired, MemberSet};
-use crate::apiservers::ApiserverSpec;
+use crate::apiservers::{ApiserverSpec, MAX_APISERVERS};
 
 /// Every seed, and every apiserver any source names. Seeds keep their
 /// names; others are named by their lease, else by their address
@@ -42,9 +42,19 @@ pub fn combine(seeds: &[ApiserverSpec], sources: &[&[Found]], scheme: &str) -> M
             }
         }
     }
-    let mut v: Vec<Desired> = by_address.into_values().collect();
+    // At most `MAX_APISERVERS` (a set is a `u64`): the seeds are never the
+    // ones left out (the flags name at most that many), then by name, so
+    // the same objects always give the same members.
+    let (mut v, mut found): (Vec<Desired>, Vec<Desired>) = by_address.into_values().partition(|d| seeds.iter().any(|s| *s == d.spec));
+    found.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    let room = MAX_APISERVERS.saturating_sub(v.len());
+    if found.len() > room {
+        let left_out: Vec<&str> = found[room..].iter().map(|d| d.spec.name.as_str()).collect();
+        tracing::error!(members = v.len() + found.len(), limit = MAX_APISERVERS, ?left_out, "more apiservers than mvp-envoy supports; these are not members");
+        found.truncate(room);
+    }
+    v.extend(found);
     v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
-    v.truncate(crate::apiservers::MAX_APISERVERS);
     Arc::new(v)
 }
 
@@ -82,5 +92,18 @@ mod tests {
                 ("kas-a".into(), "http://10.0.0.1:6443/".into(), Some("h1".into())),
             ]
         );
+    }
+
+    #[test]
+    fn seeds_are_never_the_members_left_out() {
+        // The seed sorts last by name and by address; 70 others are found.
+        let seeds = ["zz-seed=http://10.9.9.9:6443".parse().unwrap()];
+        let others: Vec<Found> = (0..70).map(|i| found(&format!("10.0.1.{i}:6443"), Some(&format!("apiserver-{i:02}")), None)).collect();
+        let m = combine(&seeds, &[&others], "http");
+        assert_eq!(m.len(), MAX_APISERVERS);
+        assert!(m.iter().any(|d| d.spec.name == "zz-seed"), "the seed was dropped");
+        let names: Vec<&str> = m.iter().map(|d| d.spec.name.as_str()).collect();
+        assert!(names.is_sorted(), "sorted by name: {names:?}");
+        assert_eq!(names[MAX_APISERVERS - 2], "apiserver-62", "the first by name are kept: {names:?}");
     }
 }

@@ -184,6 +184,7 @@ impl Syncer {
                 _ => {}
             }
         }
+        syncer.make_room();
         syncer.persisted_from = syncer.slots.iter().map(|s| s.state.view.clone()).collect();
         syncer.states_tx.send_replace(Arc::new(syncer.states()));
         (syncer, Published { table, table_changed, states: states_rx, merged, openapi })

@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 
 use super::state::ServerState;
 use super::{Slot, Syncer, poll};
+use crate::apiservers::MAX_APISERVERS;
 use crate::discover::Discoverer;
 use crate::membership::{Desired, MemberSet};
 
@@ -79,6 +80,24 @@ impl Syncer {
         self.forget_expired();
     }
 
+    /// The table holds at most `MAX_APISERVERS` members (a set is a
+    /// `u64`); members number at most that many (`membership::combine`),
+    /// so past it departed ones are forgotten early, the longest departed
+    /// first: a member present now always outranks one that left.
+    pub(super) fn make_room(&mut self) {
+        while self.slots.len() > MAX_APISERVERS {
+            let oldest = self.slots.iter().enumerate().filter_map(|(i, s)| Some((s.state.departed?, i))).min();
+            let Some((_, i)) = oldest else {
+                // Unreachable through `combine`; the table builder keeps the first.
+                tracing::error!(members = self.slots.len(), limit = MAX_APISERVERS, "more members than the table holds");
+                return;
+            };
+            let s = self.slots.remove(i);
+            tracing::warn!(apiserver = %s.state.spec.name, limit = MAX_APISERVERS, "departed apiserver forgotten before its retention ended: the table is full");
+            self.metrics.membership_change("forgotten");
+        }
+    }
+
     /// Departed members are forgotten after the retention period (at once
     /// when nothing about them is known).
     pub(super) fn forget_expired(&mut self) {
@@ -94,5 +113,43 @@ impl Syncer {
         for _ in self.slots.len()..before {
             self.metrics.membership_change("forgotten");
         }
+        self.make_room();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::ServerView;
+    use crate::membership::Desired;
+    use crate::routing_table;
+
+    fn members(prefix: &str, base: u16) -> MemberSet {
+        Arc::new((0..MAX_APISERVERS as u16).map(|i| Desired { spec: format!("{prefix}-{i:02}=http://127.0.0.1:{}", base + i).parse().unwrap(), incarnation: None }).collect())
+    }
+
+    /// 64 members leave and 64 others join within the retention: the
+    /// departed ones are forgotten early, never a present one, and the
+    /// table (one bit per member) holds exactly the present ones.
+    #[tokio::test]
+    async fn the_table_never_holds_more_members_than_bits() {
+        let transport = crate::discover::Transport::new(None, None, "X-Remote-User").unwrap();
+        let options = super::super::SyncOptions {
+            interval: std::time::Duration::from_secs(3600),
+            discovery: Default::default(),
+            state_file: None,
+            departed_retention: std::time::Duration::from_secs(3600),
+        };
+        let (mut syncer, _) = Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new());
+        syncer.reconcile(&members("old", 20000));
+        for s in &mut syncer.slots {
+            s.state.succeeded(Arc::new(ServerView::default()), Instant::now());
+        }
+        syncer.reconcile(&members("new", 30000));
+        assert_eq!(syncer.slots.len(), MAX_APISERVERS);
+        assert!(syncer.slots.iter().all(|s| s.state.spec.name.starts_with("new-") && s.state.departed.is_none()));
+        let states = syncer.states();
+        let table = routing_table::build(states.iter().map(|s| s.member()));
+        assert_eq!(table.apiservers.len(), MAX_APISERVERS);
     }
 }
