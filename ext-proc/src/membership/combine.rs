@@ -45,7 +45,7 @@ pub fn combine(seeds: &[ApiserverSpec], sources: &[&[Found]], scheme: &str) -> M
     // At most `MAX_APISERVERS` (a set is a `u64`): the seeds are never the
     // ones left out (the flags name at most that many), then by name, so
     // the same objects always give the same members.
-    let (mut v, mut found): (Vec<Desired>, Vec<Desired>) = by_address.into_values().partition(|d| seeds.iter().any(|s| *s == d.spec));
+    let (mut v, mut found): (Vec<Desired>, Vec<Desired>) = by_address.into_values().partition(|d| seeds.contains(&d.spec));
     found.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     let room = MAX_APISERVERS.saturating_sub(v.len());
     if found.len() > room {
