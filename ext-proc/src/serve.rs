@@ -77,7 +77,8 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         departed_retention: o.departed_retention,
     };
     let seed = membership::from_seed(&o.apiservers);
-    let (members_tx, members) = tokio::sync::watch::channel(seed.clone());
+    // With `--membership` nothing is known to have left until it is listed.
+    let (members_tx, members) = tokio::sync::watch::channel(o.membership.is_none().then(|| seed.clone()));
     let membership_task = match &o.membership {
         Some(k) => Some(follow_cluster(k, o.apiservers.clone(), if o.peer_tls.is_some() { "https" } else { "http" }, members_tx.clone()).await?),
         None => None,
@@ -159,12 +160,15 @@ async fn follow_cluster(
     k: &KubeOptions,
     seed: Vec<apiservers::ApiserverSpec>,
     scheme: &'static str,
-    members: tokio::sync::watch::Sender<membership::MemberSet>,
+    members: tokio::sync::watch::Sender<Option<membership::MemberSet>>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use membership::kube::{Source, follow_endpoints, follow_leases};
     let client = membership::kube::client(k).await?;
-    let (endpoints_tx, mut endpoints) = tokio::sync::watch::channel(Vec::new());
-    let (leases_tx, mut leases) = tokio::sync::watch::channel(Vec::new());
+    // A source that is off has nothing to list; one that is on says nothing
+    // until it has listed.
+    let listing = |on: Source| if k.sources.contains(&on) { None } else { Some(Vec::new()) };
+    let (endpoints_tx, mut endpoints) = tokio::sync::watch::channel(listing(Source::Endpoints));
+    let (leases_tx, mut leases) = tokio::sync::watch::channel(listing(Source::Leases));
     let mut tasks = Vec::new();
     if k.sources.contains(&Source::Endpoints) {
         tasks.push(tokio::spawn(follow_endpoints(client.clone(), endpoints_tx.clone())));
@@ -178,18 +182,32 @@ async fn follow_cluster(
         // Held here, so `changed` waits for a change, never for a source
         // that is off.
         let _senders = (endpoints_tx, leases_tx);
+        let mut listed = false;
         loop {
             let next = {
                 let (e, l) = (endpoints.borrow_and_update(), leases.borrow_and_update());
-                membership::combine::combine(&seed, &[&l, &e], scheme)
-            };
-            members.send_if_modified(|cur| {
-                let changed = **cur != *next;
-                if changed {
-                    *cur = next;
+                match (&*e, &*l) {
+                    (Some(e), Some(l)) => Some(membership::combine::combine(&seed, &[l, e], scheme)),
+                    _ => None,
                 }
-                changed
-            });
+            };
+            if let Some(next) = next {
+                if !listed {
+                    // The first complete membership is news even when it
+                    // equals the seed: the sync loop waits for it.
+                    tracing::info!(members = next.len(), "apiserver membership listed");
+                    listed = true;
+                    members.send_replace(Some(next));
+                } else {
+                    members.send_if_modified(|cur| {
+                        let changed = cur.as_ref() != Some(&next);
+                        if changed {
+                            *cur = Some(next);
+                        }
+                        changed
+                    });
+                }
+            }
             tokio::select! {
                 _ = endpoints.changed() => {}
                 _ = leases.changed() => {}

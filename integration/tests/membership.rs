@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
+use integration::harness::{FakeSpec, FrontDoor, Options, free_ports, served_by, three_fakes, wait_for};
 
 const EVICTIONS: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+const FLOWSCHEMAS_V1BETA3: &str = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas";
 
 /// Requests every member serves, in a loop until stopped: (sent, not 200).
 fn background_load(door: &FrontDoor, stop: Arc<AtomicBool>) -> (Arc<AtomicU64>, Arc<AtomicU64>, tokio::task::JoinHandle<()>) {
@@ -295,4 +296,39 @@ async fn a_frozen_envoy_does_not_keep_a_joining_member_closed() {
         assert_eq!((status, served_by(&v)), (200, "v137"));
     }
     frozen.signal("CONT");
+}
+
+/// mvp-ext-proc restarted with `--membership` and no seeds while the
+/// Kubernetes API it lists the membership through is unreachable (likely
+/// mid-upgrade): the members in its state file stay members, read
+/// directly, until the membership has been listed once — every API keeps
+/// answering. Before (issue 31): every member started departed (the
+/// reflectors had not listed), all closed, EDS draining, every request 503
+/// for as long as the API stayed unreachable.
+#[tokio::test]
+async fn a_restart_before_the_membership_can_be_listed_keeps_every_member() {
+    let mut door = FrontDoor::start(&three_fakes(), Options { membership: Some("endpoints,leases"), seeds: Some(0), ..Options::default() }).await.unwrap();
+    let all_open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["open"] == true));
+    door.wait_table_published(all_open).await.unwrap();
+    // The membership kubeconfig now names a port nobody listens on.
+    let kubeconfig = door.dir.path().join("membership.kubeconfig");
+    let dead = format!("server: http://127.0.0.1:{}", free_ports(1)[0]);
+    let text: String = std::fs::read_to_string(&kubeconfig).unwrap().lines().map(|l| if l.trim_start().starts_with("server:") { format!("    {dead}\n") } else { format!("{l}\n") }).collect();
+    std::fs::write(&kubeconfig, text).unwrap();
+
+    door.restart_ext_proc().await.unwrap();
+    door.wait_table_published(all_open).await.unwrap();
+    let mut answers = std::collections::BTreeMap::new();
+    for _ in 0..40 {
+        for (path, by) in [(CONFIGMAPS, None), (EVICTIONS, Some("v137")), (FLOWSCHEMAS_V1BETA3, Some("v130"))] {
+            let (status, v) = door.get_json(&door.http, path).await.unwrap();
+            assert!(by.is_none_or(|by| served_by(&v) == by), "{path}: {v}");
+            *answers.entry((path, status)).or_insert(0) += 1;
+        }
+    }
+    eprintln!("restarted with the membership unlistable: {answers:?}");
+    assert!(answers.keys().all(|(_, status)| *status == 200), "{answers:?}");
+    let log = std::fs::read_to_string(&door.ext_proc.log).unwrap();
+    assert!(!log.contains("apiserver departed"), "{log}");
+    assert!(log.contains("followed as one until the membership is listed"), "{log}");
 }

@@ -9,10 +9,16 @@
 //!   `apiserver.kubernetes.io/identity=kube-apiserver`, Kubernetes 1.26+),
 //!   with the address from the `kubernetes.io/peer-advertise-address`
 //!   annotation (set when the Mixed Version Proxy feature is on). Liveness
-//!   is judged by `renewTime` (kube renews every 10 s): a lease not renewed
-//!   for `--lease-stale-after` (30 s) is gone — not by
-//!   `leaseDurationSeconds` (3600 s, kube's own garbage collection). A
-//!   changed `holderIdentity` means the apiserver restarted.
+//!   is judged by renewals as this process sees them ([`super::liveness`];
+//!   kube renews every 10 s): a lease not seen renewed for
+//!   `--lease-stale-after` (30 s) is gone — not by `leaseDurationSeconds`
+//!   (3600 s, kube's own garbage collection). A changed `holderIdentity`
+//!   means the apiserver restarted.
+//!
+//! A source says nothing (`None`) until it has listed once, and nothing new
+//! while its watch fails: a membership not listed yet, or a store frozen
+//! while the Kubernetes API is unreachable, must not look like an empty
+//! control plane.
 //!
 //! RBAC: get, list and watch on `endpoints` in `default` and on `leases` in
 //! `kube-system` (shipped in `deploy/`).
@@ -27,6 +33,8 @@ use k8s_openapi::api::core::v1::Endpoints;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tokio::sync::watch;
+
+use super::liveness::Liveness;
 
 /// The label every apiserver identity lease carries.
 pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity=kube-apiserver";
@@ -72,19 +80,50 @@ pub async fn client(o: &KubeOptions) -> anyhow::Result<Client> {
     Client::try_from(config).map_err(|e| anyhow::anyhow!("Kubernetes client: {e}"))
 }
 
-/// Follows `default/kubernetes` Endpoints; every change is sent on `tx`.
-pub async fn follow_endpoints(client: Client, tx: watch::Sender<Vec<Found>>) {
+/// Follows `default/kubernetes` Endpoints; every change is sent on `tx`
+/// once the Endpoints have been listed.
+pub async fn follow_endpoints(client: Client, tx: watch::Sender<Option<Vec<Found>>>) {
     let api: Api<Endpoints> = Api::namespaced(client, "default");
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().fields("metadata.name=kubernetes");
     let mut events = std::pin::pin!(reflector(writer, watcher(api, config)).default_backoff());
+    let mut watch = WatchHealth::default();
     while let Some(event) = events.next().await {
-        if let Err(e) = event {
-            tracing::warn!(error = %e, "watching default/kubernetes Endpoints; retrying");
+        if !watch.after(&event, "default/kubernetes Endpoints") {
             continue;
         }
         let found: Vec<Found> = reader.state().iter().flat_map(|e| endpoints_members(e)).collect();
         tx.send_if_modified(|cur| replace_if_changed(cur, found));
+    }
+}
+
+/// Whether a source's store may be read: listed once, and its watch not
+/// failing since.
+#[derive(Default)]
+struct WatchHealth {
+    listed: bool,
+    failing: bool,
+}
+
+impl WatchHealth {
+    /// Follows one event; true when the store is complete and current.
+    fn after<K>(&mut self, event: &Result<watcher::Event<K>, watcher::Error>, what: &str) -> bool {
+        match event {
+            Err(e) => {
+                if !self.failing {
+                    tracing::warn!(error = %e, "watching {what} failed; membership from it frozen until the watch resumes");
+                }
+                self.failing = true;
+            }
+            Ok(watcher::Event::InitDone) => {
+                self.listed = true;
+                self.failing = false;
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => self.failing = false,
+            // A relist in progress: the store still holds the last complete one.
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+        }
+        self.listed && !self.failing
     }
 }
 
@@ -111,48 +150,53 @@ pub fn endpoints_members(e: &Endpoints) -> Vec<Found> {
 }
 
 /// Follows the identity Leases; liveness is re-judged every second as
-/// renewals age, not only on events.
-pub async fn follow_leases(client: Client, stale_after: Duration, tx: watch::Sender<Vec<Found>>) {
+/// renewals age, not only on events, and not while the watch fails.
+pub async fn follow_leases(client: Client, stale_after: Duration, tx: watch::Sender<Option<Vec<Found>>>) {
     let api: Api<Lease> = Api::namespaced(client, "kube-system");
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(IDENTITY_LABEL);
     let mut events = std::pin::pin!(reflector(writer, watcher(api, config)).default_backoff());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut watch = WatchHealth::default();
+    let mut liveness = Liveness::new(stale_after);
+    let mut current = true;
     loop {
         tokio::select! {
-            event = events.next() => match event {
-                None => return,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "watching kube-system identity Leases; retrying");
-                    continue;
-                }
-                Some(Ok(_)) => {}
-            },
+            event = events.next() => {
+                let Some(event) = event else { return };
+                current = watch.after(&event, "kube-system identity Leases");
+            }
             _ = tick.tick() => {}
         }
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let mut found: Vec<Found> = reader.state().iter().filter_map(|l| lease_member(l, now, stale_after)).collect();
+        if !current {
+            continue;
+        }
+        let leases = reader.state();
+        let candidates: Vec<(Found, i64)> = leases.iter().filter_map(|l| lease_member(l)).collect();
+        let alive = liveness.judge(
+            candidates.iter().filter_map(|(f, renew)| Some((f.name.as_deref()?, *renew))),
+            k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+            std::time::Instant::now(),
+        );
+        let mut found: Vec<Found> = candidates.iter().filter(|(f, _)| f.name.as_deref().is_some_and(|n| alive.contains(&n))).map(|(f, _)| f.clone()).collect();
         found.sort_by_key(|f| f.address);
         tx.send_if_modified(|cur| replace_if_changed(cur, found));
     }
 }
 
-/// A live lease's apiserver, or `None` (stale, or no peer address).
-pub fn lease_member(l: &Lease, now: k8s_openapi::jiff::Timestamp, stale_after: Duration) -> Option<Found> {
+/// A lease's apiserver and its `renewTime` (ms), or `None` (no peer
+/// address, never renewed).
+pub fn lease_member(l: &Lease) -> Option<(Found, i64)> {
     let address: SocketAddr = l.metadata.annotations.as_ref()?.get(PEER_ADDRESS_ANNOTATION)?.parse().ok()?;
     let spec = l.spec.as_ref()?;
     let renewed = spec.renew_time.as_ref()?.0;
-    let age_ms = now.as_millisecond() - renewed.as_millisecond();
-    if age_ms > i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX) {
-        return None;
-    }
-    Some(Found { address, name: l.metadata.name.clone(), incarnation: spec.holder_identity.clone() })
+    Some((Found { address, name: Some(l.metadata.name.clone()?), incarnation: spec.holder_identity.clone() }, renewed.as_millisecond()))
 }
 
-fn replace_if_changed(cur: &mut Vec<Found>, next: Vec<Found>) -> bool {
-    let changed = *cur != next;
+fn replace_if_changed(cur: &mut Option<Vec<Found>>, next: Vec<Found>) -> bool {
+    let changed = cur.as_ref() != Some(&next);
     if changed {
-        *cur = next;
+        *cur = Some(next);
     }
     changed
 }
@@ -163,7 +207,7 @@ mod tests {
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    use k8s_openapi::jiff::Timestamp;
 
     #[test]
     fn endpoints_give_every_address_and_port() {
@@ -178,9 +222,9 @@ mod tests {
     }
 
     #[test]
-    fn leases_live_by_renew_time() {
-        let now = Timestamp::now();
-        let lease = |renewed_ago: i64, address: Option<&str>| Lease {
+    fn a_lease_gives_its_peer_address_name_holder_and_renewal() {
+        let renewed = Timestamp::now();
+        let lease = |address: Option<&str>| Lease {
             metadata: ObjectMeta {
                 name: Some("apiserver-abc".into()),
                 annotations: address.map(|a| [(PEER_ADDRESS_ANNOTATION.to_string(), a.to_string())].into()),
@@ -189,14 +233,26 @@ mod tests {
             spec: Some(LeaseSpec {
                 holder_identity: Some("apiserver-abc_1".into()),
                 lease_duration_seconds: Some(3600),
-                renew_time: Some(MicroTime(now - SignedDuration::from_secs(renewed_ago))),
+                renew_time: Some(MicroTime(renewed)),
                 ..Default::default()
             }),
         };
-        let stale = Duration::from_secs(30);
-        let live = lease_member(&lease(10, Some("10.0.0.1:6443")), now, stale).unwrap();
+        let (live, at) = lease_member(&lease(Some("10.0.0.1:6443"))).unwrap();
         assert_eq!((live.address.to_string(), live.name.as_deref(), live.incarnation.as_deref()), ("10.0.0.1:6443".into(), Some("apiserver-abc"), Some("apiserver-abc_1")));
-        assert_eq!(lease_member(&lease(31, Some("10.0.0.1:6443")), now, stale), None, "not renewed for 31 s: gone, though 3600 s long");
-        assert_eq!(lease_member(&lease(1, None), now, stale), None, "no peer address: not usable");
+        assert_eq!(at, renewed.as_millisecond());
+        assert_eq!(lease_member(&lease(None)), None, "no peer address: not usable");
+    }
+
+    #[test]
+    fn a_source_is_read_only_once_listed_and_while_its_watch_works() {
+        let mut w = WatchHealth::default();
+        let ev = |e: watcher::Event<Lease>| Ok(e);
+        assert!(!w.after(&ev(watcher::Event::Init), "x"));
+        assert!(!w.after(&ev(watcher::Event::InitApply(Lease::default())), "x"), "listing: not complete yet");
+        assert!(w.after(&ev(watcher::Event::InitDone), "x"));
+        assert!(w.after(&ev(watcher::Event::Apply(Lease::default())), "x"));
+        assert!(!w.after(&Err::<watcher::Event<Lease>, _>(watcher::Error::NoResourceVersion), "x"), "failing: frozen");
+        assert!(!w.after(&ev(watcher::Event::Init), "x"), "relisting: still frozen");
+        assert!(w.after(&ev(watcher::Event::InitDone), "x"));
     }
 }

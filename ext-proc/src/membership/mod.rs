@@ -9,6 +9,7 @@
 
 pub mod combine;
 pub mod kube;
+pub mod liveness;
 
 use std::sync::Arc;
 

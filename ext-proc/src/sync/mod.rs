@@ -125,9 +125,8 @@ pub struct XdsPublisher {
 
 impl Syncer {
     /// `initial` is the membership at start (the static seed, if any);
-    /// members in the state file that are not in it start departed, so
-    /// their last known API sets still answer 503 until they rejoin or are
-    /// forgotten.
+    /// members in the state file that are not in it are restored when the
+    /// loop runs ([`Syncer::restore_the_rest`]).
     pub fn new(initial: &MemberSet, transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
         let persisted = options.state_file.as_deref().map(persist::Persisted::new);
         let mut restorable = HashMap::new();
@@ -169,25 +168,38 @@ impl Syncer {
         for d in initial.iter() {
             syncer.join(d, false);
         }
-        // Known from the state file but not a member now: departed.
-        let now = Instant::now();
-        for ((name, url), view) in std::mem::take(&mut syncer.restorable) {
-            let spec: Result<ApiserverSpec, _> = format!("{name}={url}").parse();
-            match spec {
-                Ok(spec) if !syncer.slots.iter().any(|s| s.state.spec.name == name || s.state.spec.url == spec.url) => {
-                    tracing::info!(apiserver = %name, url = %url, "not a member at start; its last known API set is kept as departed");
-                    let mut state = ServerState::new(spec);
-                    state.restored(view);
-                    state.departed = Some(now);
-                    syncer.insert(Slot { id: 0, state, wake: Arc::default(), task: None });
-                }
-                _ => {}
-            }
-        }
-        syncer.make_room();
         syncer.persisted_from = syncer.slots.iter().map(|s| s.state.view.clone()).collect();
         syncer.states_tx.send_replace(Arc::new(syncer.states()));
         (syncer, Published { table, table_changed, states: states_rx, merged, openapi })
+    }
+
+    /// Members in the state file but not in the initial membership: with
+    /// the membership `listed`, departed (their last known API sets answer
+    /// 503 until they rejoin or are forgotten); with a membership not
+    /// listed yet (`--membership`, the Kubernetes API slow or unreachable
+    /// at start), members as they were — read directly — until it is:
+    /// the process does not know they left.
+    fn restore_the_rest(&mut self, listed: bool) {
+        let now = Instant::now();
+        for ((name, url), view) in std::mem::take(&mut self.restorable) {
+            let spec: Result<ApiserverSpec, _> = format!("{name}={url}").parse();
+            let Ok(spec) = spec else { continue };
+            if self.slots.iter().any(|s| s.state.spec.name == name || s.state.spec.url == spec.url) {
+                continue;
+            }
+            if listed {
+                tracing::info!(apiserver = %name, url = %url, "not a member at start; its last known API set is kept as departed");
+                let mut state = ServerState::new(spec);
+                state.restored(view);
+                state.departed = Some(now);
+                self.insert(Slot { id: 0, state, wake: Arc::default(), task: None });
+            } else {
+                tracing::info!(apiserver = %name, url = %url, "a member in the state file; followed as one until the membership is listed");
+                self.restorable.insert((name, url), view);
+                self.join(&crate::membership::Desired { spec, incarnation: None }, false);
+            }
+        }
+        self.make_room();
     }
 
     /// Serves Envoy's endpoints from the membership (see [`crate::xds`]).
@@ -209,17 +221,20 @@ impl Syncer {
         self.slots.iter_mut().find(|s| s.id == id && s.task.is_some())
     }
 
-    /// Follows `members` and applies every member's reports until the
-    /// process ends. The first table is published once every member at
+    /// Follows `members` (`None`: not listed yet) and applies every
+    /// member's reports until the process ends. The first table is published once every member at
     /// start has answered (or failed) once; after that, each batch of
     /// events publishes at once.
-    pub async fn run(mut self, mut members: watch::Receiver<MemberSet>) {
+    pub async fn run(mut self, mut members: watch::Receiver<Option<MemberSet>>) {
         let Some(mut rx) = self.reports_rx.take() else { return };
         let mut accepted = self.xds.as_ref().map(|x| x.accepted.clone());
         let mut tls_files = self.xds.as_ref().and_then(|x| x.tls_files.clone());
-        let mut waiting: Vec<MemberId> = self.slots.iter().filter(|s| s.task.is_some()).map(|s| s.id).collect();
         let initial = members.borrow_and_update().clone();
-        self.reconcile(&initial);
+        self.restore_the_rest(initial.is_some());
+        let mut waiting: Vec<MemberId> = self.slots.iter().filter(|s| s.task.is_some()).map(|s| s.id).collect();
+        if let Some(initial) = initial {
+            self.reconcile(&initial);
+        }
         let mut retention = tokio::time::interval(Duration::from_secs(1));
         retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -242,8 +257,9 @@ impl Syncer {
                     if changed.is_err() {
                         break;
                     }
-                    let m = members.borrow_and_update().clone();
-                    self.reconcile(&m);
+                    if let Some(m) = members.borrow_and_update().clone() {
+                        self.reconcile(&m);
+                    }
                 }
                 Some(()) = async {
                     match accepted.as_mut() {
