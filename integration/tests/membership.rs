@@ -332,3 +332,57 @@ async fn a_restart_before_the_membership_can_be_listed_keeps_every_member() {
     assert!(!log.contains("apiserver departed"), "{log}");
     assert!(log.contains("followed as one until the membership is listed"), "{log}");
 }
+
+/// Evictions, GETs for a period (`for`), every one served by `by`.
+async fn served_throughout(door: &FrontDoor, by: &str, period: Duration) -> usize {
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < period {
+        let (status, v) = door.get_json(&door.http, EVICTIONS).await.unwrap();
+        assert_eq!((status, served_by(&v)), (200, by), "after {:?}: {v}", started.elapsed());
+        n += 1;
+    }
+    n
+}
+
+/// An apiserver whose clock runs 60 s behind (its lease's `renewTime`
+/// looks a minute old by ours) joins, stays and departs by the renewals
+/// mvp-ext-proc sees, not by comparing clocks. Before (issue 31): judged
+/// stale on every tick, it never joined.
+#[tokio::test]
+async fn a_skewed_clock_neither_keeps_a_member_out_nor_flaps_it() {
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], Options { membership: Some("leases"), ..Options::default() })
+        .await
+        .unwrap();
+    door.add_fake(FakeSpec::new("v137", "v1.37").with_clock_skew(-60)).await.unwrap();
+    let open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["open"] == true));
+    door.wait_table_published(open).await.unwrap();
+    // Longer than --lease-stale-after (3 s here): never judged gone.
+    let n = served_throughout(&door, "v137", Duration::from_secs(5)).await;
+    eprintln!("skewed member served {n} requests without a flap");
+    let killed = Instant::now();
+    door.fake_mut("v137").proc.kill();
+    let departed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["departed"] == true));
+    door.wait_table_published(departed).await.unwrap();
+    assert!(killed.elapsed() < Duration::from_secs(8), "departed {:?} after its last renewal", killed.elapsed());
+}
+
+/// The identity Lease watch goes silent (the apiserver it reads through
+/// hangs: no error, no event): the membership from leases freezes instead
+/// of judging every lease stale. Before (issue 31): every lease looked
+/// stale after `--lease-stale-after`, every member read only through its
+/// lease departed — a full outage in lease-only mode.
+#[tokio::test]
+async fn a_silent_lease_watch_freezes_the_membership() {
+    let door = FrontDoor::start(&three_fakes(), Options { membership: Some("leases"), seeds: Some(1), ..Options::default() }).await.unwrap();
+    let all_open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["open"] == true));
+    door.wait_table_published(all_open).await.unwrap();
+    // v130 is the seed the membership is read through.
+    door.fake("v130").proc.signal("STOP");
+    let n = served_throughout(&door, "v137", Duration::from_secs(8)).await;
+    door.fake("v130").proc.signal("CONT");
+    eprintln!("{n} requests for v137's API while the lease watch was silent");
+    let log = std::fs::read_to_string(&door.ext_proc.log).unwrap();
+    assert!(log.contains("membership from leases frozen"), "{log}");
+    assert!(!log.contains("apiserver departed"), "{log}");
+}

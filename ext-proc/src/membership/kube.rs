@@ -103,11 +103,15 @@ pub async fn follow_endpoints(client: Client, tx: watch::Sender<Option<Vec<Found
 struct WatchHealth {
     listed: bool,
     failing: bool,
+    last_event: Option<std::time::Instant>,
 }
 
 impl WatchHealth {
     /// Follows one event; true when the store is complete and current.
     fn after<K>(&mut self, event: &Result<watcher::Event<K>, watcher::Error>, what: &str) -> bool {
+        if event.is_ok() {
+            self.last_event = Some(std::time::Instant::now());
+        }
         match event {
             Err(e) => {
                 if !self.failing {
@@ -159,7 +163,8 @@ pub async fn follow_leases(client: Client, stale_after: Duration, tx: watch::Sen
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut watch = WatchHealth::default();
     let mut liveness = Liveness::new(stale_after);
-    let mut current = true;
+    let mut current = false;
+    let mut held = false;
     loop {
         tokio::select! {
             event = events.next() => {
@@ -177,7 +182,16 @@ pub async fn follow_leases(client: Client, stale_after: Duration, tx: watch::Sen
             candidates.iter().filter_map(|(f, renew)| Some((f.name.as_deref()?, *renew))),
             k8s_openapi::jiff::Timestamp::now().as_millisecond(),
             std::time::Instant::now(),
+            watch.last_event.unwrap_or_else(std::time::Instant::now),
         );
+        if liveness.held != held {
+            held = liveness.held;
+            if held {
+                tracing::warn!("the identity Lease watch has heard nothing since a lease's deadline (the apiserver it reads through may hang); membership from leases frozen until it speaks");
+            } else {
+                tracing::info!("the identity Lease watch speaks again; membership from leases judged again");
+            }
+        }
         let mut found: Vec<Found> = candidates.iter().filter(|(f, _)| f.name.as_deref().is_some_and(|n| alive.contains(&n))).map(|(f, _)| f.clone()).collect();
         found.sort_by_key(|f| f.address);
         tx.send_if_modified(|cur| replace_if_changed(cur, found));

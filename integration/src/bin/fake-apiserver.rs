@@ -87,6 +87,10 @@ struct Args {
     /// this long, then the listener closes.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     shutdown_delay: std::time::Duration,
+    /// Seconds this apiserver's clock runs ahead (negative: behind), as
+    /// its lease's `renewTime` shows (control-plane nodes' clocks differ).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    clock_skew: i64,
     /// Once listening (and registered), write the bound address here, so a
     /// harness waits on this fake itself rather than on any process that
     /// accepts on the port (`--listen` port 0 picks a free one).
@@ -129,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
     let listen = listener.local_addr().context("the bound address")?;
     let mut state = state;
     if let Some(dir) = &a.cluster_state {
-        state.cluster = Some(ClusterState::join(dir, &a.name, listen).with_context(|| format!("--cluster-state {}", dir.display()))?);
+        state.cluster = Some(ClusterState::join(dir, &a.name, listen, a.clock_skew).with_context(|| format!("--cluster-state {}", dir.display()))?);
     }
     tokio::spawn(graceful_shutdown(state.clone(), a.shutdown_delay));
     tracing::info!(name = %a.name, release = %a.release, %listen, aggregated = !a.no_aggregated_discovery, "fake apiserver serving");

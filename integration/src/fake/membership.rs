@@ -43,6 +43,8 @@ struct Entry {
 
 pub struct ClusterState {
     dir: PathBuf,
+    /// Seconds this apiserver's clock is off.
+    clock_skew: i64,
     me: std::sync::Mutex<Entry>,
     renewing: AtomicBool,
 }
@@ -50,17 +52,17 @@ pub struct ClusterState {
 impl ClusterState {
     /// Registers this apiserver (endpoint and lease, a new holder identity:
     /// a new run) and keeps renewing its lease.
-    pub fn join(dir: &Path, name: &str, address: SocketAddr) -> std::io::Result<Arc<ClusterState>> {
+    pub fn join(dir: &Path, name: &str, address: SocketAddr, clock_skew: i64) -> std::io::Result<Arc<ClusterState>> {
         std::fs::create_dir_all(dir)?;
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let me = Entry {
             name: name.to_string(),
             address,
             holder: format!("apiserver-{name}_{}-{nanos}", std::process::id()),
-            renew_time: now_micro(),
+            renew_time: now_micro(clock_skew),
             endpoint: true,
         };
-        let s = Arc::new(ClusterState { dir: dir.to_path_buf(), me: std::sync::Mutex::new(me), renewing: AtomicBool::new(true) });
+        let s = Arc::new(ClusterState { dir: dir.to_path_buf(), clock_skew, me: std::sync::Mutex::new(me), renewing: AtomicBool::new(true) });
         s.write()?;
         let renew = s.clone();
         tokio::spawn(async move {
@@ -70,7 +72,7 @@ impl ClusterState {
                 if !renew.renewing.load(Ordering::Relaxed) {
                     return;
                 }
-                renew.update(|e| e.renew_time = now_micro());
+                renew.update(|e| e.renew_time = now_micro(renew.clock_skew));
             }
         });
         Ok(s)
@@ -113,8 +115,11 @@ impl ClusterState {
     }
 }
 
-fn now_micro() -> String {
-    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
+/// Now by a clock `skew` seconds off.
+fn now_micro(skew: i64) -> String {
+    let off = Duration::from_secs(skew.unsigned_abs());
+    let now = if skew < 0 { SystemTime::now() - off } else { SystemTime::now() + off };
+    humantime::format_rfc3339_micros(now).to_string()
 }
 
 fn digest(v: &impl Hash) -> String {

@@ -28,6 +28,9 @@ pub struct FakeSpec {
     pub cluster_state: Option<PathBuf>,
     /// kube's `--shutdown-delay-duration` (SIGTERM → not ready, serving).
     pub shutdown_delay: Option<Duration>,
+    /// How far its clock is off (seconds, either way): its lease's
+    /// `renewTime` is written by that clock.
+    pub clock_skew: i64,
 }
 
 /// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
@@ -53,7 +56,7 @@ pub fn three_fakes() -> Vec<FakeSpec> {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0 }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
@@ -66,6 +69,12 @@ impl FakeSpec {
     /// served for `delay`, then it exits.
     pub fn with_shutdown_delay(mut self, delay: Duration) -> FakeSpec {
         self.shutdown_delay = Some(delay);
+        self
+    }
+
+    /// Its clock runs `seconds` ahead (negative: behind).
+    pub fn with_clock_skew(mut self, seconds: i64) -> FakeSpec {
+        self.clock_skew = seconds;
         self
     }
 
@@ -182,6 +191,9 @@ pub fn start_fake(dir: &Path, spec: FakeSpec, port: u16) -> Result<Starting> {
     }
     if let Some(d) = spec.shutdown_delay {
         args.extend(["--shutdown-delay".into(), format!("{}ms", d.as_millis())]);
+    }
+    if spec.clock_skew != 0 {
+        args.push(format!("--clock-skew={}", spec.clock_skew));
     }
     for gv in &spec.unlisted {
         args.push("--unlist-served-group-version".into());
