@@ -61,6 +61,7 @@ pub struct Metrics {
     members: Gauge,
     member_changes: Family<ChangeLabels, Counter>,
     xds_streams: Gauge,
+    xds_lagging_streams: Gauge,
     xds_pushes: Family<TypeLabels, Counter>,
     xds_nacks: Family<TypeLabels, Counter>,
     peer_tls_reloads: Family<ResultLabels, Counter>,
@@ -88,6 +89,7 @@ impl Metrics {
             members: Gauge::default(),
             member_changes: Family::default(),
             xds_streams: Gauge::default(),
+            xds_lagging_streams: Gauge::default(),
             xds_pushes: Family::default(),
             xds_nacks: Family::default(),
             peer_tls_reloads: Family::default(),
@@ -149,6 +151,11 @@ impl Metrics {
             m.member_changes.clone(),
         );
         registry.register("mvp_xds_streams", "Connected Envoy ADS streams", m.xds_streams.clone());
+        registry.register(
+            "mvp_xds_lagging_streams",
+            "ADS streams that left endpoints unacknowledged past the grace (or rejected them): joining members do not wait for them",
+            m.xds_lagging_streams.clone(),
+        );
         registry.register("mvp_xds_pushes", "ADS responses sent, by resource type (cluster, endpoint)", m.xds_pushes.clone());
         registry.register(
             "mvp_xds_nacks",
@@ -234,6 +241,10 @@ impl Metrics {
 
     pub fn xds_streams(&self, delta: i64) {
         self.xds_streams.inc_by(delta);
+    }
+
+    pub fn xds_lagging(&self, delta: i64) {
+        self.xds_lagging_streams.inc_by(delta);
     }
 
     pub fn xds_push(&self, kind: &str) {

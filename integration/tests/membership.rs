@@ -386,3 +386,70 @@ async fn a_silent_lease_watch_freezes_the_membership() {
     assert!(log.contains("membership from leases frozen"), "{log}");
     assert!(!log.contains("apiserver departed"), "{log}");
 }
+
+/// An ADS client subscribed to every endpoint, saying it has `version`,
+/// that never acknowledges anything: its stream, open until dropped.
+async fn subscribe_without_ack(door: &FrontDoor, node: &str, version: &str) -> tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse> {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use futures::StreamExt;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", door.grpc_port)).unwrap().connect().await.unwrap();
+    let subscribe = DiscoveryRequest {
+        node: Some(Node { id: node.into(), ..Default::default() }),
+        type_url: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment".into(),
+        version_info: version.into(),
+        ..Default::default()
+    };
+    let mut stream = AggregatedDiscoveryServiceClient::new(channel)
+        .stream_aggregated_resources(futures::stream::iter([subscribe]).chain(futures::stream::pending()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stream.message().await.unwrap().is_some(), "no endpoints pushed");
+    stream
+}
+
+/// The version of the first endpoints pushed on `stream` that name
+/// `hosts` apiservers (bounded wait).
+async fn endpoints_version_with(stream: &mut tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>, hosts: usize) -> String {
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use prost::Message;
+    loop {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message()).await.expect("no push").unwrap().unwrap();
+        let named = r.resources.iter().filter_map(|a| ClusterLoadAssignment::decode(a.value.as_slice()).ok()).map(|c| c.endpoints.iter().map(|e| e.lb_endpoints.len()).sum::<usize>()).max();
+        if named == Some(hosts) {
+            return r.version_info;
+        }
+    }
+}
+
+/// One broken Envoy does not hold the others. An ADS client that
+/// subscribes to the endpoints and never acknowledges them (stuck, or
+/// rejecting every push) no longer keeps a joining member closed for every
+/// Envoy: it stops counting after the grace (3 s). A client that
+/// reconnects saying it has the current endpoints (a restart of either
+/// side: versions are content digests) closes nothing. Before (issue 31):
+/// the member stayed closed for as long as the stuck client lived, and
+/// every reconnect closed every joined member until the client ACKed.
+#[tokio::test]
+async fn an_envoy_that_never_acknowledges_does_not_hold_the_others() {
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], Options { membership: Some("leases"), ..Options::default() })
+        .await
+        .unwrap();
+    let mut stuck = subscribe_without_ack(&door, "stuck", "").await;
+    let started = Instant::now();
+    door.add_fake(FakeSpec::new("v137", "v1.37")).await.unwrap();
+    let open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["open"] == true));
+    door.wait_table_published(open).await.unwrap();
+    let opened_in = started.elapsed();
+    eprintln!("joined and opened in {opened_in:?} with an ADS client that never acknowledges");
+    assert!(opened_in < Duration::from_secs(8), "{opened_in:?}");
+    let metrics = door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("mvp_xds_lagging_streams 1"), "{metrics}");
+
+    let version = endpoints_version_with(&mut stuck, 3).await;
+    let _reconnected = subscribe_without_ack(&door, "reconnected", &version).await;
+    let n = served_throughout(&door, "v137", Duration::from_secs(2)).await;
+    eprintln!("{n} requests for the joined member's API after a reconnect that has the current endpoints");
+}

@@ -37,6 +37,12 @@ use crate::stopping::Stopping;
 /// Envoy connected, nothing constrains (an Envoy that connects later loads
 /// its endpoints before it serves; one connected to another mvp-ext-proc
 /// gets the same endpoints from the same membership).
+///
+/// One broken Envoy must not hold the others: a stream that subscribes
+/// with the current endpoints' version already has them (a reconnect, an
+/// mvp-ext-proc restart: versions are content digests); one that leaves an
+/// endpoint push unacknowledged for [`ACK_GRACE`], or rejects it, stops
+/// counting until it acknowledges one (logged, `mvp_xds_lagging_streams`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Accepted {
     pub streams: usize,
@@ -49,11 +55,18 @@ impl Accepted {
     }
 }
 
+/// How long an Envoy may leave an endpoint push unacknowledged before
+/// joining members stop waiting for it (Envoy ACKs in milliseconds; a
+/// frozen one is dropped by the gRPC keepalive after 15 s).
+pub const ACK_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 #[derive(Default)]
 struct Streams {
     /// Per stream that subscribed to endpoints: the addresses of the
     /// endpoints it last ACKed.
     acked: HashMap<u64, BTreeSet<SocketAddr>>,
+    /// Streams past the grace or rejecting: not counted.
+    lagging: std::collections::HashSet<u64>,
 }
 
 #[derive(Clone)]
@@ -94,12 +107,13 @@ impl AdsServer {
     fn update_accepted(&self, f: impl FnOnce(&mut Streams)) {
         let mut s = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut s);
-        let mut sets = s.acked.values();
-        let addresses = match sets.next() {
+        let lagging = &s.lagging;
+        let counted: Vec<&BTreeSet<SocketAddr>> = s.acked.iter().filter(|(id, _)| !lagging.contains(id)).map(|(_, a)| a).collect();
+        let addresses = match counted.split_first() {
             None => BTreeSet::new(),
-            Some(first) => sets.fold(first.clone(), |acc, s| acc.intersection(s).copied().collect()),
+            Some((first, rest)) => rest.iter().fold((*first).clone(), |acc, s| acc.intersection(s).copied().collect()),
         };
-        let next = Accepted { streams: s.acked.len(), addresses };
+        let next = Accepted { streams: counted.len(), addresses };
         self.accepted.send_if_modified(|cur| {
             let changed = *cur != next;
             *cur = next;
@@ -125,9 +139,39 @@ struct StreamLoop {
     subs: HashMap<String, Subscription>,
     nonce: u64,
     node: String,
+    /// Since when an endpoint push has waited for its ACK.
+    unacked_since: Option<tokio::time::Instant>,
+    lagging: bool,
 }
 
 impl StreamLoop {
+    /// When this stream stops counting for [`Accepted`], if it does not ACK.
+    fn lag_deadline(&self) -> Option<tokio::time::Instant> {
+        self.unacked_since.filter(|_| !self.lagging).map(|t| t + ACK_GRACE)
+    }
+
+    /// Counted again (`false`) or no longer (`true`).
+    fn set_lagging(&mut self, lagging: bool, why: &str) {
+        if self.lagging == lagging {
+            return;
+        }
+        self.lagging = lagging;
+        let id = self.id;
+        if lagging {
+            tracing::warn!(node = %self.node, why, "an Envoy has not accepted its endpoints; joining members no longer wait for it");
+        } else {
+            tracing::info!(node = %self.node, "the Envoy accepted its endpoints again; joining members wait for it");
+        }
+        self.server.metrics.xds_lagging(if lagging { 1 } else { -1 });
+        self.server.update_accepted(|st| {
+            if lagging {
+                st.lagging.insert(id);
+            } else {
+                st.lagging.remove(&id);
+            }
+        });
+    }
+
     async fn send(&mut self, type_url: &str, snapshot: &Arc<Snapshot>) -> bool {
         let Some(res) = snapshot.resources(type_url) else { return true };
         let sub = self.subs.entry(type_url.to_string()).or_default();
@@ -142,6 +186,9 @@ impl StreamLoop {
         let nonce = self.nonce.to_string();
         sub.sent = Some((res.version.clone(), nonce.clone()));
         sub.sent_from = Some(snapshot.clone());
+        if type_url == ENDPOINT_TYPE && self.unacked_since.is_none() {
+            self.unacked_since = Some(tokio::time::Instant::now());
+        }
         self.server.metrics.xds_push(kind(type_url));
         tracing::debug!(node = %self.node, r#type = kind(type_url), version = %res.version, "ADS push");
         let r = DiscoveryResponse { version_info: res.version.clone(), resources: items, type_url: type_url.to_string(), nonce, ..Default::default() };
@@ -177,6 +224,9 @@ impl StreamLoop {
                     error = %err.message,
                     "Envoy rejected the configuration (NACK); it keeps its last accepted one"
                 );
+                if req.type_url == ENDPOINT_TYPE {
+                    self.set_lagging(true, "rejected");
+                }
                 if !names_changed {
                     return true;
                 }
@@ -189,6 +239,8 @@ impl StreamLoop {
                     self.server.update_accepted(|st| {
                         st.acked.insert(id, s.addresses.clone());
                     });
+                    self.unacked_since = None;
+                    self.set_lagging(false, "");
                 }
                 if req.type_url == CLUSTER_TYPE && self.subs.contains_key(ENDPOINT_TYPE) {
                     // A changed cluster waits for its endpoints again.
@@ -200,10 +252,17 @@ impl StreamLoop {
             }
         }
         if req.type_url == ENDPOINT_TYPE && req.response_nonce.is_empty() {
-            // Subscribed: this Envoy counts for [`Accepted`] from now on.
+            // Subscribed: this Envoy counts for [`Accepted`] from now on,
+            // with the endpoints it says it has if they are the current ones.
             let id = self.id;
-            self.server.update_accepted(|st| {
-                st.acked.entry(id).or_default();
+            let has = snapshot.resources(ENDPOINT_TYPE).filter(|r| !req.version_info.is_empty() && r.version == req.version_info).map(|_| snapshot.addresses.clone());
+            self.server.update_accepted(|st| match has {
+                Some(a) => {
+                    st.acked.insert(id, a);
+                }
+                None => {
+                    st.acked.entry(id).or_default();
+                }
             });
         }
         self.send(&req.type_url, &snapshot).await
@@ -235,7 +294,7 @@ impl AggregatedDiscoveryService for AdsServer {
         let mut inbound = request.into_inner();
         let (out, rx) = mpsc::channel(16);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut l = StreamLoop { id, server: self.clone(), out, subs: HashMap::new(), nonce: 0, node: String::new() };
+        let mut l = StreamLoop { id, server: self.clone(), out, subs: HashMap::new(), nonce: 0, node: String::new(), unacked_since: None, lagging: false };
         let mut snapshots = self.snapshot.clone();
         self.metrics.xds_streams(1);
         tokio::spawn(async move {
@@ -270,7 +329,17 @@ impl AggregatedDiscoveryService for AdsServer {
                 alive = alive && l.on_request(req).await;
             }
             while alive {
+                let lag_deadline = l.lag_deadline();
                 alive = tokio::select! {
+                    () = async {
+                        match lag_deadline {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        l.set_lagging(true, "unacknowledged past the grace");
+                        true
+                    }
                     msg = inbound.message() => match msg {
                         Ok(Some(req)) => l.on_request(req).await,
                         Ok(None) => false,
@@ -289,8 +358,12 @@ impl AggregatedDiscoveryService for AdsServer {
                 };
             }
             tracing::info!(node = %l.node, "ADS stream closed");
+            if l.lagging {
+                l.server.metrics.xds_lagging(-1);
+            }
             l.server.update_accepted(|st| {
                 st.acked.remove(&id);
+                st.lagging.remove(&id);
             });
             l.server.metrics.xds_streams(-1);
         });
