@@ -382,3 +382,50 @@ async fn misconfigured_filter_role_passes_requests_through() {
     }
     assert_eq!(door.envoy_stat("wasm.mvp_router.vm_reload").await.unwrap_or(0), 0);
 }
+
+/// An old server (no aggregated discovery) with one group-version's
+/// backend down — an aggregated APIService such as metrics-server answering
+/// kube-aggregator's 503 — is still read: what answered is updated (here
+/// the server is upgraded in place to 1.33's API set), the failing
+/// group-version keeps what was read of it before, and requests for it
+/// still reach the server (whose 503 is the honest answer). Before (issue
+/// 31): the one 503 failed the whole read every round, the server's API
+/// set froze and it was marked unhealthy.
+#[tokio::test]
+async fn an_old_servers_failing_group_version_does_not_freeze_the_rest() {
+    let old = FakeSpec::new("v130", "v1.30").old();
+    let door = FrontDoor::start(&[old, FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    let fake = door.fake("v130").url();
+    let resources = |t: &Value| t["apiservers"].as_array().and_then(|a| a.iter().find(|s| s["name"] == "v130")).and_then(|s| s["resources"].as_u64());
+    let before = resources(&door.table().await.unwrap()).unwrap();
+    let r = door.http.post(format!("{fake}/__fake/unavailable?groupVersion=batch/v1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = door.http.post(format!("{fake}/__fake/release?name=v1.33")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let upgraded = |t: &Value| {
+        let v130 = t["apiservers"].as_array().and_then(|a| a.iter().find(|s| s["name"] == "v130"));
+        v130.is_some_and(|s| s["healthy"] == true) && resources(t).is_some_and(|n| n != before)
+    };
+    door.wait_table_published(upgraded).await.unwrap();
+    // Each round now asks the failing group-version alone, not all of them.
+    let stats = || async { door.http.get(format!("{fake}/__fake/stats")).send().await.unwrap().json::<Value>().await.unwrap() };
+    let count = |v: &Value, k: &str| v[k].as_u64().unwrap();
+    let start = stats().await;
+    let http = door.http.clone();
+    wait_for("three more discovery rounds", Duration::from_secs(20), || async {
+        let now: Value = http.get(format!("{fake}/__fake/stats")).send().await.ok()?.json().await.ok()?;
+        (count(&now, "listRequests") >= count(&start, "listRequests") + 6).then_some(())
+    })
+    .await
+    .unwrap();
+    let end = stats().await;
+    let (rounds, asked) = ((count(&end, "listRequests") - count(&start, "listRequests")) / 2, count(&end, "groupVersionRequests") - count(&start, "groupVersionRequests"));
+    eprintln!("{asked} group-version documents asked in {rounds} rounds while batch/v1 fails");
+    assert!(asked <= rounds + 1, "{asked} group-version documents in {rounds} rounds");
+    // Its batch/v1 is still its own: requests reach it and get its 503.
+    let (status, v) = door.get_json(&door.http, "/apis/batch/v1/namespaces/default/jobs").await.unwrap();
+    assert!(status == 200 || (status, v["reason"].as_str()) == (503, Some("ServiceUnavailable")), "{status} {v}");
+    let apis: Value = door.http.get(door.url("/apis")).header("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList").send().await.unwrap().json().await.unwrap();
+    let batch = apis["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "batch").unwrap();
+    assert!(batch["versions"].as_array().unwrap().iter().any(|v| v["version"] == "v1"), "{batch}");
+}

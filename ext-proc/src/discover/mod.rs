@@ -130,6 +130,9 @@ struct Probed {
     known: usize,
     at: std::time::Instant,
     view: Arc<RootView>,
+    /// Group-versions whose documents failed: asked again every round,
+    /// alone, while the rest is reused.
+    failing: Vec<(String, String)>,
 }
 
 /// How often an old server is probed in full even when nothing suggests a
@@ -191,7 +194,9 @@ impl Discoverer {
 
     /// One full read of the server's discovery. Any failure fails the whole
     /// read: a partial view would make the table claim less than the server
-    /// serves and reroute its own requests away from it.
+    /// serves and reroute its own requests away from it — except one old
+    /// server's group-version whose backend fails, which keeps what was
+    /// read of it before (see [`Discoverer::unaggregated`]).
     ///
     /// An unchanged server (304 on both roots) costs O(1): the previous view
     /// is returned as it is, so nothing downstream compares or rebuilds.
@@ -286,13 +291,24 @@ impl Discoverer {
                 } else {
                     self.cache.remove(path);
                     let digest: [u8; 32] = sha2::Sha256::digest(&body).into();
-                    if let Some(p) = self.probed.get(path)
-                        && !self.probe_again(p, &digest)
-                    {
-                        return Ok(p.view.clone());
-                    }
-                    let view = Arc::new(self.unaggregated(client, path, root, &body).await?);
-                    let probed = Probed { list_digest: digest, known: self.known.len(), at: std::time::Instant::now(), view: view.clone() };
+                    let mut at = std::time::Instant::now();
+                    let only = match self.probed.get(path) {
+                        Some(p) if !self.probe_again(p, &digest) => {
+                            if p.failing.is_empty() {
+                                return Ok(p.view.clone());
+                            }
+                            at = p.at;
+                            Some(p.failing.clone())
+                        }
+                        _ => None,
+                    };
+                    let probe = self.unaggregated(client, path, root, &body, only.as_deref()).await?;
+                    // An unchanged re-ask hands back the same view.
+                    let view = match self.probed.get(path) {
+                        Some(p) if only.is_some() && *p.view == probe.view => p.view.clone(),
+                        _ => Arc::new(probe.view),
+                    };
+                    let probed = Probed { list_digest: digest, known: self.known.len(), at, view: view.clone(), failing: probe.failing };
                     self.probed.insert(path, probed);
                     Ok(view)
                 }

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use super::aggregated::{DocumentError, Root, RootView, check_segment, parse, view_of_groups};
-use super::{Discoverer, DiscoveryError, Fetched};
+use super::{Discoverer, DiscoveryError, FetchError, Fetched};
 use crate::apidiscovery::Str;
 use crate::apidiscovery::{APIGroupDiscovery, ObjectMeta};
 use crate::apidiscovery::{APIResourceDiscovery, APISubresourceDiscovery, APIVersionDiscovery, GroupVersionKind};
@@ -141,10 +141,41 @@ pub fn version_from_resource_list(version: &str, list: &ApiResourceList) -> APIV
     APIVersionDiscovery { version: version.into(), resources, freshness: "Current".into() }
 }
 
+/// One old server's probe of a root: its view, and the group-versions
+/// whose documents failed (kept from the previous probe, `Stale`).
+pub(super) struct Probe {
+    pub view: RootView,
+    pub failing: Vec<(String, String)>,
+}
+
+/// What one group-version's document said.
+enum Answer {
+    Served(APIVersionDiscovery),
+    NotServed,
+    /// Its backend failed (an aggregated APIService down: kube-aggregator's
+    /// 503), or its document is broken: one group-version, not the server.
+    Failed(String),
+}
+
 impl Discoverer {
     /// Servers without aggregated discovery: every listed group-version's
     /// own document, converted to the aggregated form kube would serve.
-    pub(super) async fn unaggregated(&self, client: &reqwest::Client, path: &str, root: Root, body: &[u8]) -> Result<RootView, DiscoveryError> {
+    ///
+    /// A group-version whose own document fails with an HTTP status or does
+    /// not parse (metrics-server down behind its APIService, say) keeps
+    /// what the previous probe read of it, marked `Stale` as kube's
+    /// aggregated discovery marks it, and the rest of the read stands; a
+    /// transport failure is the server's and fails the read. With `only`,
+    /// the list being unchanged, just those group-versions are asked again
+    /// and the others are taken from the previous probe.
+    pub(super) async fn unaggregated(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        root: Root,
+        body: &[u8],
+        only: Option<&[(String, String)]>,
+    ) -> Result<Probe, DiscoveryError> {
         let doc_err = |path: &str| {
             let path = path.to_string();
             move |source| DiscoveryError::Document { path, source }
@@ -176,31 +207,59 @@ impl Discoverer {
             self.known.record(listed.iter().map(|(g, v)| (g.as_str(), v.as_str())));
             group_versions.extend(self.known.snapshot().into_iter().filter(|gv| !listed.contains(gv)));
         }
+        let previous = self.probed.get(path).map(|p| p.view.clone());
+        let before = |group: &str, version: &str| -> Option<APIVersionDiscovery> {
+            let g = previous.as_ref()?.groups.iter().find(|g| g.name() == group)?;
+            g.versions.iter().find(|v| v.version.as_str() == version).cloned()
+        };
+        let mut failing = Vec::new();
         for (group, version) in group_versions {
-            let gv_path = if group.is_empty() {
-                format!("/api/{version}")
-            } else {
-                format!("/apis/{group}/{version}")
+            let answer = match only {
+                Some(only) if !only.contains(&(group.clone(), version.clone())) => before(&group, &version).map_or(Answer::NotServed, Answer::Served),
+                _ => self.group_version(client, &group, &version).await?,
             };
-            match self.get(client, &gv_path, "application/json", None).await? {
-                Fetched::Ok { body, .. } => {
-                    let list = resource_list(&group, &version, &body).map_err(doc_err(&gv_path))?;
-                    let v = version_from_resource_list(&version, &list);
-                    match groups.iter_mut().find(|g| g.name() == group) {
-                        Some(g) => g.versions.push(v),
-                        None => groups.push(APIGroupDiscovery {
-                            metadata: ObjectMeta { name: group.as_str().into() },
-                            versions: vec![v],
-                        }),
+            let v = match answer {
+                Answer::Served(v) => v,
+                Answer::NotServed => continue,
+                // The core group has no previous groups to keep (and a
+                // server whose core v1 fails is broken): the read fails.
+                Answer::Failed(e) if root == Root::Core => {
+                    return Err(DiscoveryError::Document { path: format!("/api/{version}"), source: super::aggregated::DocumentError::Invalid(e) });
+                }
+                Answer::Failed(e) => {
+                    tracing::debug!(apiserver = %self.spec.name, group, version, error = %e, "group-version unavailable; keeping what was read of it before");
+                    failing.push((group.clone(), version.clone()));
+                    match before(&group, &version) {
+                        Some(mut v) => {
+                            v.freshness = "Stale".into();
+                            v
+                        }
+                        None => continue,
                     }
                 }
-                // Not served here, whatever a list says.
-                Fetched::NotFound => {}
-                Fetched::NotModified => {}
+            };
+            match groups.iter_mut().find(|g| g.name() == group) {
+                Some(g) => g.versions.push(v),
+                None => groups.push(APIGroupDiscovery { metadata: ObjectMeta { name: group.as_str().into() }, versions: vec![v] }),
             }
         }
-        let previous = self.probed.get(path).map(|p| p.view.clone());
-        view_of_groups(root, groups, previous.as_deref()).map_err(doc_err(path))
+        let view = view_of_groups(root, groups, previous.as_deref()).map_err(doc_err(path))?;
+        Ok(Probe { view, failing })
+    }
+
+    /// One group-version's own document.
+    async fn group_version(&self, client: &reqwest::Client, group: &str, version: &str) -> Result<Answer, DiscoveryError> {
+        let gv_path = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+        match self.get(client, &gv_path, "application/json", None).await {
+            Ok(Fetched::Ok { body, .. }) => Ok(match resource_list(group, version, &body) {
+                Ok(list) => Answer::Served(version_from_resource_list(version, &list)),
+                Err(e) => Answer::Failed(format!("{gv_path}: {e}")),
+            }),
+            // Not served here, whatever a list says.
+            Ok(Fetched::NotFound | Fetched::NotModified) => Ok(Answer::NotServed),
+            Err(DiscoveryError::Fetch { source: FetchError::Status(status), .. }) => Ok(Answer::Failed(format!("{gv_path}: answered HTTP {status}"))),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -125,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
         stats: Default::default(),
         apis_override: Default::default(),
         hang_discovery: Default::default(),
+        unavailable: Default::default(),
         auth,
         cluster: None,
         shutting_down: Default::default(),

@@ -101,3 +101,24 @@ pub(super) async fn answer_discovery(State(s): State<FakeState>) -> Response {
     s.hang_discovery.store(false, Ordering::Relaxed);
     "discovery answers\n".into_response()
 }
+
+#[derive(serde::Deserialize)]
+pub(super) struct GroupVersionQuery {
+    #[serde(rename = "groupVersion")]
+    group_version: String,
+}
+
+/// Test control: a group-version's backend goes down (POST) or comes back
+/// (DELETE), as an aggregated APIService's does.
+pub(super) async fn make_unavailable(State(s): State<FakeState>, Query(q): Query<GroupVersionQuery>) -> Response {
+    let mut down = s.unavailable.write().unwrap_or_else(|p| p.into_inner());
+    if !down.contains(&q.group_version) {
+        down.push(q.group_version.clone());
+    }
+    format!("{} unavailable\n", q.group_version).into_response()
+}
+
+pub(super) async fn make_available(State(s): State<FakeState>, Query(q): Query<GroupVersionQuery>) -> Response {
+    s.unavailable.write().unwrap_or_else(|p| p.into_inner()).retain(|gv| *gv != q.group_version);
+    format!("{} available\n", q.group_version).into_response()
+}

@@ -35,6 +35,7 @@ pub fn router(state: FakeState) -> axum::Router {
         .route("/__fake/stats", axum::routing::get(stats))
         .route("/__fake/apis-body", axum::routing::post(set_apis_body).delete(clear_apis_body))
         .route("/__fake/hang-discovery", axum::routing::post(hang_discovery).delete(answer_discovery))
+        .route("/__fake/unavailable", axum::routing::post(make_unavailable).delete(make_available))
         .fallback(handle)
         .layer(axum::middleware::map_response(cache_control))
         // Tests post multi-MiB discovery documents to the control endpoints.
@@ -99,6 +100,15 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
             s.stats.group_version_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         _ => {}
+    }
+    if let Some(gv) = trimmed.strip_prefix("/apis/")
+        && s.unavailable.read().unwrap_or_else(|p| p.into_inner()).iter().any(|down| gv == down || gv.starts_with(&format!("{down}/")))
+    {
+        // kube-aggregator's answer for an APIService whose backend is down.
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server is currently unable to handle the request", "reason": "ServiceUnavailable", "code": 503}),
+        );
     }
     match trimmed {
         "/api" => {

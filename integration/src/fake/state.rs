@@ -37,6 +37,10 @@ pub struct FakeState {
     /// When set, discovery requests (`/api`, `/apis`) are accepted and never
     /// answered: a hung apiserver.
     pub hang_discovery: Arc<std::sync::atomic::AtomicBool>,
+    /// `group/version`s whose backend is down (an aggregated APIService
+    /// such as metrics-server): still listed, every request under them —
+    /// their discovery document too — answers kube-aggregator's 503.
+    pub unavailable: Arc<RwLock<Vec<String>>>,
     /// Who may call: API requests (not health, not test control) that no
     /// configured authenticator accepts get kube's 401 Status.
     pub auth: super::auth::AuthConfig,
