@@ -176,6 +176,10 @@ impl Metrics {
         Arc::new(m)
     }
 
+    /// Every `type` of [`Metrics::sync_error`].
+    pub const SYNC_ERROR_TYPES: [&str; 4] = ["hostport_resolution", "fetch_readyz", "fetch_discovery", "fetch_openapi"];
+
+    /// `kind`: one of [`Metrics::SYNC_ERROR_TYPES`].
     pub fn sync_error(&self, apiserver: &str, kind: &str) {
         self.sync_errors
             .get_or_create(&SyncErrorLabels { apiserver: apiserver.into(), r#type: kind.into() })
@@ -229,6 +233,9 @@ impl Metrics {
         self.open.remove(&l);
         self.healthy.remove(&l);
         self.resources.remove(&l);
+        for kind in Self::SYNC_ERROR_TYPES {
+            self.sync_errors.remove(&SyncErrorLabels { apiserver: apiserver.into(), r#type: kind.into() });
+        }
     }
 
     pub fn membership(&self, members: usize) {

@@ -287,6 +287,7 @@ impl Syncer {
     fn apply(&mut self, report: poll::Report) {
         let now = Instant::now();
         let metrics = self.metrics.clone();
+        let started = self.started;
         match report {
             poll::Report::Discovery { id, address, resolve_error, ready, result, version } => {
                 let Some(slot) = self.slot_mut(id) else { return };
@@ -297,8 +298,12 @@ impl Syncer {
                     tracing::warn!(apiserver = %name, error = %e, "cannot resolve apiserver address; keeping the last one");
                 }
                 if state.address != address && state.address.is_some() {
-                    // Another machine now: read before it is sent anything.
+                    // Another machine now: read before it is sent anything,
+                    // and (like a joining member) opened only once every
+                    // Envoy has the new address — until then an
+                    // override-host would name a host Envoy does not have.
                     state.current = false;
+                    state.gated = started;
                 }
                 state.address = address;
                 if version.is_some() {

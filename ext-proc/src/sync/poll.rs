@@ -150,12 +150,20 @@ async fn watched<T>(
     }
 }
 
+/// How long one lookup of an apiserver's host name may take.
+const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Hostnames are re-resolved every round (IPv4 preferred, like the Envoy
 /// cluster's V4_PREFERRED lookup) so a moved apiserver is followed.
 async fn resolve(spec: &ApiserverSpec) -> Result<SocketAddr, String> {
     if let Some(ip) = spec.ip_address() {
         return Ok(ip);
     }
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((spec.host(), spec.port())).await.map_err(|e| e.to_string())?.collect();
+    // A resolver that does not answer must not stall this member's rounds
+    // (its `/readyz` and reads wait behind the lookup).
+    let lookup = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((spec.host(), spec.port())))
+        .await
+        .map_err(|_| format!("no answer from the resolver within {RESOLVE_TIMEOUT:?}"))?;
+    let addrs: Vec<SocketAddr> = lookup.map_err(|e| e.to_string())?.collect();
     addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied().ok_or_else(|| "no addresses".into())
 }

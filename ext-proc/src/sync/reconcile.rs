@@ -95,6 +95,16 @@ impl Syncer {
             let s = self.slots.remove(i);
             tracing::warn!(apiserver = %s.state.spec.name, limit = MAX_APISERVERS, "departed apiserver forgotten before its retention ended: the table is full");
             self.metrics.membership_change("forgotten");
+            self.drop_series(&s.state.spec.name);
+        }
+    }
+
+    /// A forgotten member's per-apiserver metric series go with it (a
+    /// control plane that replaces its apiservers for a year must not grow
+    /// `/metrics` by every name it ever had), unless the name lives on.
+    fn drop_series(&self, name: &str) {
+        if !self.slots.iter().any(|s| s.state.spec.name == name) {
+            self.metrics.apiserver_forgotten(name);
         }
     }
 
@@ -102,16 +112,18 @@ impl Syncer {
     /// when nothing about them is known).
     pub(super) fn forget_expired(&mut self) {
         let retention = self.options.departed_retention;
-        let before = self.slots.len();
+        let mut forgotten = Vec::new();
         self.slots.retain(|s| match s.state.departed {
             Some(at) if s.state.view.is_none() || at.elapsed() >= retention => {
                 tracing::info!(apiserver = %s.state.spec.name, "departed apiserver forgotten");
+                forgotten.push(s.state.spec.name.clone());
                 false
             }
             _ => true,
         });
-        for _ in self.slots.len()..before {
+        for name in forgotten {
             self.metrics.membership_change("forgotten");
+            self.drop_series(&name);
         }
         self.make_room();
     }
@@ -144,6 +156,8 @@ mod tests {
         syncer.reconcile(&members("old", 20000));
         for s in &mut syncer.slots {
             s.state.succeeded(Arc::new(ServerView::default()), Instant::now());
+            syncer.metrics.apiserver_healthy(&s.state.spec.name, true);
+            syncer.metrics.sync_error(&s.state.spec.name, "fetch_readyz");
         }
         syncer.reconcile(&members("new", 30000));
         assert_eq!(syncer.slots.len(), MAX_APISERVERS);
@@ -151,5 +165,42 @@ mod tests {
         let states = syncer.states();
         let table = routing_table::build(states.iter().map(|s| s.member()));
         assert_eq!(table.apiservers.len(), MAX_APISERVERS);
+        let metrics = syncer.metrics.encode();
+        assert!(!metrics.contains("apiserver=\"old-"), "a forgotten member's series stayed: {metrics}");
+    }
+
+    /// A member whose name resolves to another address once the loop runs
+    /// is read again and, like a joining one, opened only once every
+    /// connected Envoy has the new address (issue 31: the new address was
+    /// not gated, and tables named it before Envoy's endpoints did).
+    #[tokio::test]
+    async fn a_moved_member_waits_for_envoy_to_know_its_new_address() {
+        let transport = crate::discover::Transport::new(None, None, "X-Remote-User").unwrap();
+        let options = super::super::SyncOptions {
+            interval: std::time::Duration::from_secs(3600),
+            discovery: Default::default(),
+            state_file: None,
+            departed_retention: std::time::Duration::from_secs(3600),
+        };
+        let (mut syncer, _) = Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new());
+        let moving = Desired { spec: "kas-a=http://kas-a.example:6443".parse().unwrap(), incarnation: None };
+        syncer.reconcile(&Arc::new(vec![moving]));
+        syncer.started = true;
+        let id = syncer.slots[0].id;
+        let report = |ip: [u8; 4]| super::super::poll::Report::Discovery {
+            id,
+            address: Some(std::net::SocketAddr::from((ip, 6443))),
+            resolve_error: None,
+            ready: Ok(()),
+            result: Some(Ok(Arc::new(ServerView::default()))),
+            version: None,
+        };
+        syncer.apply(report([10, 0, 0, 1]));
+        let state = &syncer.slots[0].state;
+        assert!(state.may_open(false), "read at its first address: open");
+        syncer.apply(report([10, 0, 0, 2]));
+        let state = &syncer.slots[0].state;
+        assert!(!state.may_open(false), "moved: not open before Envoy has 10.0.0.2");
+        assert!(state.may_open(true));
     }
 }
