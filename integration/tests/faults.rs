@@ -235,3 +235,37 @@ async fn a_graceful_stop_ends_ads_streams_and_bounds_the_drain() {
     assert!(log.contains("gRPC streams still open after the drain limit: stopping anyway"), "{log}");
     assert!(log.contains("mvp-ext-proc stopped"), "{log}");
 }
+
+/// The `/openapi/v3` index keys one apiserver serves (read from it).
+async fn openapi_v3_keys(door: &FrontDoor, name: &str) -> std::collections::BTreeSet<String> {
+    let index: Value = door.http.get(format!("{}/openapi/v3", door.fake(name).url())).send().await.unwrap().json().await.unwrap();
+    index["paths"].as_object().unwrap().keys().cloned().collect()
+}
+
+/// mvp-ext-proc restarted while an apiserver is down: the state file gives
+/// back its API set and its OpenAPI v3 keys, so its resources and its
+/// `/openapi/v3/{key}` both answer the 503 Status. Before (issue 31): the
+/// OpenAPI documents were not kept, and the key was a 404 while the
+/// resources were 503.
+#[tokio::test]
+async fn a_restart_while_an_apiserver_is_down_keeps_its_openapi_keys() {
+    let mut door = FrontDoor::start(&three(), Options::default()).await.unwrap();
+    let others: std::collections::BTreeSet<String> = [openapi_v3_keys(&door, "v130").await, openapi_v3_keys(&door, "v133").await].into_iter().flatten().collect();
+    let key = openapi_v3_keys(&door, "v137").await.into_iter().find(|k| !others.contains(k)).expect("a key only v137 serves");
+    let path = format!("/openapi/v3/{key}");
+    let state_file = door.dir.path().join("mvp-ext-proc-state.json");
+    wait_for("v137's OpenAPI index in the state file", Duration::from_secs(10), || {
+        let kept = std::fs::read_to_string(&state_file).is_ok_and(|s| s.contains("openapi_v3_index") && s.contains(&key));
+        async move { kept.then_some(()) }
+    })
+    .await
+    .unwrap();
+    door.fake_mut("v137").proc.kill();
+    door.restart_ext_proc().await.unwrap();
+    let pending = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
+    door.wait_table_published(pending).await.unwrap();
+    for p in [path.as_str(), "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests"] {
+        let (status, v) = door.get_json(&door.http, p).await.unwrap();
+        assert_eq!((status, v["kind"].as_str()), (503, Some("Status")), "{p}: {v}");
+    }
+}

@@ -25,7 +25,7 @@ pub mod poll;
 pub mod state;
 
 use crate::apiservers::ApiserverSpec;
-use crate::discover::{DiscoveryOptions, ServerView, Transport};
+use crate::discover::{DiscoveryOptions, Transport};
 use crate::membership::MemberSet;
 use crate::xds::{Accepted, ClusterOptions, EndpointMember, Snapshot};
 use poll::MemberId;
@@ -70,7 +70,7 @@ pub struct Syncer {
     reports_rx: Option<mpsc::Receiver<poll::Report>>,
     next_id: MemberId,
     /// Views from the state file for members that have not joined yet.
-    restorable: HashMap<(String, String), ServerView>,
+    restorable: HashMap<(String, String), persist::Stored>,
     /// Set once the first table is out: members joining after it are gated
     /// on Envoy knowing their address.
     started: bool,
@@ -91,7 +91,7 @@ pub struct Syncer {
     /// Writes the state file off this loop (see [`outputs::StateWriter`]).
     state_writer: Option<outputs::StateWriter>,
     /// The views last handed to the state file writer.
-    persisted_from: Vec<Option<Arc<ServerView>>>,
+    persisted_from: Vec<outputs::Persisting>,
     metrics: Arc<Metrics>,
 }
 
@@ -168,7 +168,7 @@ impl Syncer {
         for d in initial.iter() {
             syncer.join(d, false);
         }
-        syncer.persisted_from = syncer.slots.iter().map(|s| s.state.view.clone()).collect();
+        syncer.persisted_from = syncer.slots.iter().map(|s| (s.state.view.clone(), s.state.openapi.clone())).collect();
         syncer.states_tx.send_replace(Arc::new(syncer.states()));
         (syncer, Published { table, table_changed, states: states_rx, merged, openapi })
     }
@@ -181,7 +181,7 @@ impl Syncer {
     /// the process does not know they left.
     fn restore_the_rest(&mut self, listed: bool) {
         let now = Instant::now();
-        for ((name, url), view) in std::mem::take(&mut self.restorable) {
+        for ((name, url), stored) in std::mem::take(&mut self.restorable) {
             let spec: Result<ApiserverSpec, _> = format!("{name}={url}").parse();
             let Ok(spec) = spec else { continue };
             if self.slots.iter().any(|s| s.state.spec.name == name || s.state.spec.url == spec.url) {
@@ -190,12 +190,12 @@ impl Syncer {
             if listed {
                 tracing::info!(apiserver = %name, url = %url, "not a member at start; its last known API set is kept as departed");
                 let mut state = ServerState::new(spec);
-                state.restored(view);
+                state.restored(stored);
                 state.departed = Some(now);
                 self.insert(Slot { id: 0, state, wake: Arc::default(), task: None });
             } else {
                 tracing::info!(apiserver = %name, url = %url, "a member in the state file; followed as one until the membership is listed");
-                self.restorable.insert((name, url), view);
+                self.restorable.insert((name, url), stored);
                 self.join(&crate::membership::Desired { spec, incarnation: None }, false);
             }
         }

@@ -108,14 +108,18 @@ impl Syncer {
     /// changed, or when the last write failed (tried again each round).
     fn persist(&mut self) {
         let Some(writer) = &self.state_writer else { return };
-        let views: Vec<Option<Arc<ServerView>>> = self.slots.iter().map(|s| s.state.view.clone()).collect();
+        let views: Vec<Persisting> = self.slots.iter().map(|s| (s.state.view.clone(), s.state.openapi.clone())).collect();
         let same = views.len() == self.persisted_from.len()
-            && views.iter().zip(&self.persisted_from).all(|(a, b)| same(a, b));
+            && views.iter().zip(&self.persisted_from).all(|(a, b)| same(&a.0, &b.0) && same(&a.1, &b.1));
         if same && !writer.take_failure() {
             return;
         }
-        let members: Vec<(String, String, Arc<ServerView>)> =
-            self.slots.iter().map(|s| &s.state).filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?))).collect();
+        let members: Vec<StoredMember> = self
+            .slots
+            .iter()
+            .map(|s| &s.state)
+            .filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?, s.openapi.clone())))
+            .collect();
         writer.hand_over(members);
         self.persisted_from = views;
     }
@@ -174,8 +178,15 @@ pub(super) struct DiscoveryInputs {
 /// whose disk etcd keeps busy an fsync can take far longer — a draining
 /// apiserver's closing or a new member's table must not wait behind it.
 /// The latest views only: a write superseded while another runs is skipped.
+/// What the state file keeps of a member, by identity (pointer equality
+/// says unchanged).
+pub(super) type Persisting = (Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>);
+
+/// A member as handed to the writer: name, URL, view, OpenAPI documents.
+type StoredMember = (String, String, Arc<ServerView>, Option<Arc<ServerOpenApi>>);
+
 pub(super) struct StateWriter {
-    latest: Latest<Vec<(String, String, Arc<ServerView>)>>,
+    latest: Latest<Vec<StoredMember>>,
     failed: Arc<AtomicBool>,
 }
 
@@ -185,9 +196,7 @@ impl StateWriter {
         let flag = failed.clone();
         let latest = Latest::spawn(
             "state file",
-            move |members: &Vec<(String, String, Arc<ServerView>)>| {
-                file.save(members.iter().map(|(n, u, v)| (n.as_str(), u.as_str(), &**v)))
-            },
+            move |members: &Vec<StoredMember>| file.save(members.iter().map(|(n, u, v, o)| (n.as_str(), u.as_str(), &**v, o.as_deref()))),
             move |saved, took| match saved {
                 Ok(()) => tracing::debug!(took = ?took, "state file written"),
                 Err(e) => {
@@ -199,7 +208,7 @@ impl StateWriter {
         StateWriter { latest, failed }
     }
 
-    fn hand_over(&self, members: Vec<(String, String, Arc<ServerView>)>) {
+    fn hand_over(&self, members: Vec<StoredMember>) {
         self.latest.hand_over(members);
     }
 
@@ -282,11 +291,11 @@ mod tests {
     use crate::discover::Capabilities;
     use std::time::Duration;
 
-    fn members() -> Vec<(String, String, Arc<ServerView>)> {
+    fn members() -> Vec<StoredMember> {
         let mut caps = Capabilities::default();
         caps.add_resource_name("batch", "v2alpha1", "cronjobs");
         let view = Arc::new(ServerView { capabilities: caps, groups: Default::default() });
-        vec![("kas-b".into(), "https://127.0.0.1:6443/".into(), view)]
+        vec![("kas-b".into(), "https://127.0.0.1:6443/".into(), view, None)]
     }
 
     /// Polls `done` every 5 ms for at most 10 s.

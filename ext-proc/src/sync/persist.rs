@@ -9,27 +9,46 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::discover::ServerView;
+use crate::openapi::{Document, ServerOpenApi, v3_index};
+
+/// The format this release writes and reads. Raised only for a change an
+/// older release cannot read; added fields are ignored by older readers.
+/// A file of a newer format (a rollback) is kept aside, never overwritten.
+pub const FORMAT: u32 = 1;
 
 #[derive(Deserialize)]
 struct StateFile {
-    /// name → entry
-    apiservers: BTreeMap<String, Entry>,
+    /// Files written before the format was recorded are format 1.
+    #[serde(default = "format_one")]
+    format: u32,
+    /// name → entry, each read on its own: one bad entry loses that one.
+    apiservers: BTreeMap<String, serde_json::Value>,
+}
+
+fn format_one() -> u32 {
+    1
 }
 
 #[derive(Deserialize)]
 struct Entry {
     url: String,
     view: ServerView,
+    /// Its `/openapi/v3` index as served: after a restart its keys still
+    /// route to it (a 503 while it is closed, not another server's 404).
+    #[serde(default)]
+    openapi_v3_index: Option<String>,
 }
 
 /// The same file, written from borrowed views (no copy of megabytes of
 /// discovery).
 #[derive(Serialize)]
 struct StateFileRef<'a> {
+    format: u32,
     apiservers: BTreeMap<&'a str, EntryRef<'a>>,
 }
 
@@ -37,7 +56,21 @@ struct StateFileRef<'a> {
 struct EntryRef<'a> {
     url: &'a str,
     view: &'a ServerView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    openapi_v3_index: Option<&'a str>,
 }
+
+/// What the file holds for one member.
+#[derive(Debug)]
+pub struct Stored {
+    pub view: ServerView,
+    /// Only its `/openapi/v3` index (the v2 documents are megabytes; they
+    /// are read again).
+    pub openapi: Option<Arc<ServerOpenApi>>,
+}
+
+/// A member as it is written: name, URL, view, OpenAPI documents.
+pub type Member<'a> = (&'a str, &'a str, &'a ServerView, Option<&'a ServerOpenApi>);
 
 #[derive(Clone)]
 pub struct Persisted {
@@ -49,22 +82,55 @@ impl Persisted {
         Persisted { path: path.to_path_buf() }
     }
 
-    /// The views stored for `(name, url)` pairs. A missing file is an empty
-    /// state; an unreadable or broken one is an error the caller logs (and
-    /// then starts without it: the next write replaces the file).
-    pub fn load(&self) -> Result<BTreeMap<(String, String), ServerView>, String> {
+    /// The members stored, by `(name, url)`. A missing file is an empty
+    /// state. A file that cannot be used whole (unreadable, not a state
+    /// file, a newer format) is an error the caller logs; it is renamed to
+    /// `<file>.unusable` first, so the next write does not destroy what a
+    /// newer release (or a person) may still need. A bad entry is left
+    /// out and named in the log.
+    pub fn load(&self) -> Result<BTreeMap<(String, String), Stored>, String> {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
             Err(e) => return Err(format!("--state-file {}: cannot read: {e}", self.path.display())),
         };
-        let file: StateFile = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("--state-file {}: not a state file: {e}", self.path.display()))?;
-        Ok(file.apiservers.into_iter().map(|(name, e)| ((name, e.url), e.view)).collect())
+        let file = match serde_json::from_slice::<StateFile>(&bytes) {
+            Ok(f) if f.format <= FORMAT => f,
+            Ok(f) => return Err(self.set_aside(&format!("written by a newer mvp-ext-proc (format {}; this one reads up to {FORMAT})", f.format))),
+            Err(e) => return Err(self.set_aside(&format!("not a state file: {e}"))),
+        };
+        let mut out = BTreeMap::new();
+        for (name, value) in file.apiservers {
+            match serde_json::from_value::<Entry>(value) {
+                Ok(e) => {
+                    let openapi = e.openapi_v3_index.and_then(|body| {
+                        let index = v3_index::Index::parse(body.as_bytes()).ok()?;
+                        let doc = Document { etag: None, body: bytes::Bytes::from(body) };
+                        Some(Arc::new(ServerOpenApi { v3_index: Some((Arc::new(doc), Arc::new(index))), ..Default::default() }))
+                    });
+                    out.insert((name, e.url), Stored { view: e.view, openapi });
+                }
+                Err(e) => tracing::warn!(state_file = %self.path.display(), apiserver = %name, error = %e, "a state file entry does not parse; that member starts without its last known API set"),
+            }
+        }
+        Ok(out)
     }
 
-    pub fn save<'a>(&self, members: impl IntoIterator<Item = (&'a str, &'a str, &'a ServerView)>) -> Result<(), String> {
-        let file = StateFileRef { apiservers: members.into_iter().map(|(n, u, v)| (n, EntryRef { url: u, view: v })).collect() };
+    /// Renames an unusable file out of the way; the error to report.
+    fn set_aside(&self, why: &str) -> String {
+        let mut name = self.path.file_name().unwrap_or_default().to_os_string();
+        name.push(".unusable");
+        let aside = self.path.with_file_name(name);
+        match std::fs::rename(&self.path, &aside) {
+            Ok(()) => format!("--state-file {}: {why}; kept as {}", self.path.display(), aside.display()),
+            Err(e) => format!("--state-file {}: {why} (and cannot keep it aside: {e})", self.path.display()),
+        }
+    }
+
+    pub fn save<'a>(&self, members: impl IntoIterator<Item = Member<'a>>) -> Result<(), String> {
+        let index = |o: Option<&'a ServerOpenApi>| o?.v3_index.as_ref().and_then(|(d, _)| std::str::from_utf8(&d.body).ok());
+        let apiservers = members.into_iter().map(|(n, u, v, o)| (n, EntryRef { url: u, view: v, openapi_v3_index: index(o) })).collect();
+        let file = StateFileRef { format: FORMAT, apiservers };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
         // A temporary name of this write's own: two processes (old and new
         // during a rollout) or two writes never share one, so neither can
@@ -109,11 +175,43 @@ mod tests {
         let mut caps = Capabilities::default();
         caps.add_resource_name("batch", "v2alpha1", "cronjobs");
         let view = ServerView { capabilities: caps, groups: Default::default() };
-        p.save([("kas-b", "https://127.0.0.1:6443/", &view)]).unwrap();
+        p.save([("kas-b", "https://127.0.0.1:6443/", &view, None)]).unwrap();
         let loaded = p.load().unwrap();
-        assert_eq!(loaded.get(&("kas-b".to_string(), "https://127.0.0.1:6443/".to_string())), Some(&view));
+        assert_eq!(loaded.get(&("kas-b".to_string(), "https://127.0.0.1:6443/".to_string())).map(|s| &s.view), Some(&view));
         std::fs::write(dir.path().join("state.json"), "{").unwrap();
         assert!(p.load().unwrap_err().contains("not a state file"));
+        assert_eq!(std::fs::read(dir.path().join("state.json.unusable")).unwrap(), b"{", "kept aside, not left to be overwritten");
+    }
+
+    #[test]
+    fn a_newer_format_is_kept_aside_and_a_bad_entry_loses_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let p = Persisted::new(&path);
+        let newer = r#"{"format": 2, "apiservers": {}}"#;
+        std::fs::write(&path, newer).unwrap();
+        let e = p.load().unwrap_err();
+        assert!(e.contains("newer mvp-ext-proc (format 2"), "{e}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("state.json.unusable")).unwrap(), newer);
+
+        // Written before the format was recorded; one entry broken.
+        let good = serde_json::json!({"url": "https://10.0.0.1:6443/", "view": ServerView::default()});
+        std::fs::write(&path, serde_json::json!({"apiservers": {"kas-a": good, "kas-b": {"url": 7}}}).to_string()).unwrap();
+        let loaded = p.load().unwrap();
+        assert_eq!(loaded.keys().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["kas-a"]);
+    }
+
+    #[test]
+    fn the_openapi_v3_index_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persisted::new(&dir.path().join("state.json"));
+        let body = r#"{"paths":{"apis/lifecycle.k8s.io/v1alpha1":{"serverRelativeURL":"/openapi/v3/apis/lifecycle.k8s.io/v1alpha1?hash=AB"}}}"#;
+        let doc = Document { etag: Some("\"x\"".into()), body: bytes::Bytes::from_static(body.as_bytes()) };
+        let openapi = ServerOpenApi { v3_index: Some((Arc::new(doc), Arc::new(v3_index::Index::parse(body.as_bytes()).unwrap()))), ..Default::default() };
+        p.save([("kas-a", "https://10.0.0.1:6443/", &ServerView::default(), Some(&openapi))]).unwrap();
+        let loaded = p.load().unwrap();
+        let restored = loaded.values().next().unwrap().openapi.clone().unwrap();
+        assert_eq!(restored.v3_keys().collect::<Vec<_>>(), ["apis/lifecycle.k8s.io/v1alpha1"]);
     }
 
     /// Writers at once (two processes during a rollout write the same file):
@@ -132,7 +230,7 @@ mod tests {
                 let (p, view) = (Persisted::new(&path), &view);
                 s.spawn(move || {
                     for _ in 0..50 {
-                        p.save([(format!("kas-{w}").as_str(), "https://127.0.0.1:6443/", view)]).unwrap();
+                        p.save([(format!("kas-{w}").as_str(), "https://127.0.0.1:6443/", view, None)]).unwrap();
                     }
                 });
             }

@@ -20,9 +20,9 @@ impl Syncer {
         let id = self.next_id;
         self.next_id += 1;
         let mut state = ServerState::new(d.spec.clone());
-        if let Some(view) = self.restorable.remove(&(d.spec.name.clone(), d.spec.url.to_string())) {
-            tracing::info!(apiserver = %d.spec.name, resources = view.capabilities.resource_count(), "last known API set restored from the state file");
-            state.restored(view);
+        if let Some(stored) = self.restorable.remove(&(d.spec.name.clone(), d.spec.url.to_string())) {
+            tracing::info!(apiserver = %d.spec.name, resources = stored.view.capabilities.resource_count(), "last known API set restored from the state file");
+            state.restored(stored);
         }
         state.gated = gated;
         state.incarnation = d.incarnation.clone();

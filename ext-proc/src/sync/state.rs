@@ -158,10 +158,11 @@ impl ServerState {
         self.last_error = Some(error);
     }
 
-    /// Starts from a view persisted by an earlier run: unhealthy (not read
-    /// yet), but routing by what it last served.
-    pub fn restored(&mut self, view: ServerView) {
-        self.view = Some(Arc::new(view));
+    /// Starts from what an earlier run persisted: unhealthy (not read yet),
+    /// but routing by what it last served (its OpenAPI v3 keys too).
+    pub fn restored(&mut self, stored: super::persist::Stored) {
+        self.view = Some(Arc::new(stored.view));
+        self.openapi = stored.openapi;
         self.last_error = Some("not read since mvp-ext-proc started (API set from the state file)".into());
     }
 }
@@ -212,7 +213,7 @@ mod tests {
         let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
         let mut caps = Capabilities::default();
         caps.add_resource_name("batch", "v2alpha1", "cronjobs");
-        s.restored(view(caps.clone()));
+        s.restored(super::super::persist::Stored { view: view(caps.clone()), openapi: None });
         assert!(!s.healthy);
         assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }
