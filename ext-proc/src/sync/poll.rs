@@ -39,8 +39,14 @@ pub enum Report {
     OpenApi { id: MemberId, result: Result<Arc<ServerOpenApi>, DiscoveryError> },
 }
 
-/// Reads `spec` every `interval`, and at once when `wake` is notified (the
-/// sync loop learned it restarted), until the sync loop goes away.
+/// How often a member that is not ready is asked `/readyz` again (a
+/// refused connection or a 500 costs next to nothing; a hung server is
+/// asked once per probe deadline).
+pub const NOT_READY_PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// Reads `spec` every `interval` (a member that is not ready: its `/readyz`
+/// every [`NOT_READY_PROBE_EVERY`]), and at once when `wake` is notified
+/// (the sync loop learned it restarted), until the sync loop goes away.
 pub async fn poll(
     id: MemberId,
     spec: ApiserverSpec,
@@ -76,6 +82,9 @@ pub async fn poll(
             if reports.send(Report::Discovery { id, address, resolve_error, ready, result: None, version: None }).await.is_err() {
                 return;
             }
+            // A server coming up serves the moment its /readyz turns 200:
+            // read it then, not a whole interval later (issue 33).
+            ticker.reset_after(NOT_READY_PROBE_EVERY.min(interval));
             continue;
         }
         if !was_ready {
@@ -89,6 +98,7 @@ pub async fn poll(
             // Not ready mid-read (hung, or draining): what the read found
             // must not reopen it. Ready again, it may be another release.
             was_ready = false;
+            ticker.reset_after(NOT_READY_PROBE_EVERY.min(interval));
             continue;
         };
         let mut version = None;
