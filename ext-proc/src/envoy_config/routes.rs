@@ -7,15 +7,38 @@ use mvp_contract::headers::{PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUME
 use mvp_contract::limits::MAX_LISTED_APISERVERS;
 use serde_json::{Value, json};
 
-/// To the apiservers cluster, retrying at most `retries` times, only on
-/// failures where the request never reached an apiserver (safe for every
-/// verb), each time on a host not tried before.
-fn to_apiservers(cluster: &str, retries: usize) -> Value {
+/// When a request is tried again on another capable apiserver.
+#[derive(Clone, Copy)]
+enum Retry {
+    /// Only failures where the request never reached an apiserver (a
+    /// refused connection, a stream refused or GOAWAY'd, a reset before the
+    /// request was sent): safe for every verb, writes included.
+    NeverReached,
+    /// Reads (GET, HEAD; a watch too, whose retry happens only before its
+    /// response starts, so nothing was delivered): also a reset or lost
+    /// connection before any response byte, and a 429 (kube's answer while
+    /// it shuts down with `--shutdown-send-retry-after`, or its priority and
+    /// fairness turning the request away: another server may take it).
+    Read,
+}
+
+/// The methods [`Retry::Read`] applies to.
+const READ_METHODS: &str = "^(GET|HEAD)$";
+
+/// To the apiservers cluster, retrying at most `retries` times (see
+/// [`Retry`]), each time on a host not tried before. Envoy never retries
+/// once response headers went to the client.
+fn to_apiservers(cluster: &str, retries: usize, retry: Retry) -> Value {
+    let (retry_on, codes) = match retry {
+        Retry::NeverReached => ("connect-failure,refused-stream,reset-before-request", json!(null)),
+        Retry::Read => ("connect-failure,refused-stream,reset-before-request,reset,retriable-status-codes", json!([429])),
+    };
     json!({
         "cluster": cluster,
         "timeout": "0s",
         "retry_policy": {
-            "retry_on": "connect-failure,refused-stream,reset-before-request",
+            "retry_on": retry_on,
+            "retriable_status_codes": codes,
             "num_retries": retries,
             "retry_host_predicate": [{
                 "name": "envoy.retry_host_predicates.previous_hosts",
@@ -106,26 +129,33 @@ fn route_set(cluster: &str, identity_header: Option<&str>) -> Vec<Value> {
     // has no ext_proc stream at all. A request the filter pinned (the
     // `/openapi/v3` index, to servers that have one) matches here too: the
     // override host is the cluster's, whichever route.
-    let merged = |path: &str| json!({"match": {"path": path, "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all)});
+    let merged = |path: &str| json!({"match": {"path": path, "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all, Retry::Read)});
     let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
+    // Each route below twice: reads first (their retry policy), then any
+    // method.
+    let read = || json!({"name": ":method", "string_match": {"safe_regex": {"regex": READ_METHODS}}});
     // Requests the filter pinned (it sets only the route header; setting it
     // clears the route cache, so Envoy matches again): one route per number
     // of listed apiservers k, retrying at most k-1 times so a failover never
     // leaves the capable set, and marking the request peer-proxied so an
     // apiserver with its own peer proxy does not proxy it again.
-    routes.extend((1..=MAX_LISTED_APISERVERS).map(|k| {
-        let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
-        json!({
-            "match": {"prefix": "/", "headers": with_identity(vec![hosts])},
-            "route": to_apiservers(cluster, k - 1),
-            "request_headers_to_add": [{
-                "header": {"key": PEER_PROXIED, "value": "true"},
-                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-            }],
-            "typed_per_filter_config": without_ext_proc(),
-        })
-    }));
-    routes.push(json!({"match": {"prefix": "/", "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all), "typed_per_filter_config": without_ext_proc()}));
+    for k in 1..=MAX_LISTED_APISERVERS {
+        let hosts = || json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
+        for (headers, retry) in [(vec![hosts(), read()], Retry::Read), (vec![hosts()], Retry::NeverReached)] {
+            routes.push(json!({
+                "match": {"prefix": "/", "headers": with_identity(headers)},
+                "route": to_apiservers(cluster, k - 1, retry),
+                "request_headers_to_add": [{
+                    "header": {"key": PEER_PROXIED, "value": "true"},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                }],
+                "typed_per_filter_config": without_ext_proc(),
+            }));
+        }
+    }
+    for (headers, retry) in [(vec![read()], Retry::Read), (vec![], Retry::NeverReached)] {
+        routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, all, retry), "typed_per_filter_config": without_ext_proc()}));
+    }
     routes
 }
 
@@ -137,7 +167,7 @@ mod tests {
     fn pinned_requests_retry_only_within_their_list() {
         let r = routes(None);
         let m = MERGED_PATHS.len();
-        let set = m + MAX_LISTED_APISERVERS + 1;
+        let set = m + 2 * (MAX_LISTED_APISERVERS + 1);
         // The two unavailable answers come first: resources with Retry-After,
         // documents without.
         let u = 2;
@@ -151,9 +181,16 @@ mod tests {
         assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
         assert_eq!(with_identity[u - 1 + 2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
+        // k = 1: reads, then any method; k = 2 likewise.
         assert_eq!(r[u + m]["route"]["retry_policy"]["num_retries"], 0);
-        assert_eq!(r[u + m + 1]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[u + m + 1]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        assert_eq!(r[u + m + 2]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[u + m + 2]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        let policy = |i: usize| r[u + m + i]["route"]["retry_policy"]["retry_on"].as_str().unwrap().to_string();
+        assert_eq!(r[u + m + 2]["match"]["headers"][1]["name"], ":method");
+        assert!(policy(2).contains(",reset,") && policy(2).contains("retriable-status-codes"), "reads retry a reset and a 429");
+        assert_eq!(r[u + m + 2]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
+        assert_eq!(policy(3), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
+        assert!(r[u + m + 3]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));

@@ -126,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
         apis_override: Default::default(),
         hang_discovery: Default::default(),
         unavailable: Default::default(),
+        fail_next: Default::default(),
         auth,
         cluster: None,
         shutting_down: Default::default(),

@@ -122,3 +122,16 @@ pub(super) async fn make_available(State(s): State<FakeState>, Query(q): Query<G
     s.unavailable.write().unwrap_or_else(|p| p.into_inner()).retain(|gv| *gv != q.group_version);
     format!("{} available\n", q.group_version).into_response()
 }
+
+#[derive(serde::Deserialize)]
+pub(super) struct FailQuery {
+    count: u64,
+    #[serde(default)]
+    how: super::state::FailHow,
+}
+
+/// Test control: the next `count` resource requests fail `how`.
+pub(super) async fn fail_next(State(s): State<FakeState>, Query(q): Query<FailQuery>) -> Response {
+    *s.fail_next.lock().unwrap_or_else(|p| p.into_inner()) = (q.count, q.how);
+    format!("the next {} resource requests fail: {:?}\n", q.count, q.how).into_response()
+}

@@ -88,6 +88,28 @@ pub(super) async fn resource(
     user: &super::auth::UserInfo,
 ) -> Response {
     s.stats.resource_requests.fetch_add(1, Ordering::Relaxed);
+    let failing = {
+        let mut f = s.fail_next.lock().unwrap_or_else(|p| p.into_inner());
+        (f.0 > 0).then(|| {
+            f.0 -= 1;
+            f.1
+        })
+    };
+    match failing {
+        // Dropping the connection before any response byte: this
+        // connection's task ends here (hyper closes it without an answer).
+        Some(super::state::FailHow::Reset) => std::panic::resume_unwind(Box::new("fail-next: connection reset")),
+        Some(super::state::FailHow::ShuttingDown) => {
+            let mut r = super::state::json_response(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "The apiserver is shutting down, please try again later.", "reason": "TooManyRequests", "code": 429}),
+            );
+            r.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("5"));
+            r.headers_mut().insert("connection", axum::http::HeaderValue::from_static("close"));
+            return r;
+        }
+        None => {}
+    }
     let key = (p.group.to_string(), p.version.to_string(), p.resource.to_string());
     let Some(found) = docs.resources.get(&key) else {
         return not_found();

@@ -36,6 +36,7 @@ pub fn router(state: FakeState) -> axum::Router {
         .route("/__fake/apis-body", axum::routing::post(set_apis_body).delete(clear_apis_body))
         .route("/__fake/hang-discovery", axum::routing::post(hang_discovery).delete(answer_discovery))
         .route("/__fake/unavailable", axum::routing::post(make_unavailable).delete(make_available))
+        .route("/__fake/fail-next", axum::routing::post(fail_next))
         .fallback(handle)
         .layer(axum::middleware::map_response(cache_control))
         // Tests post multi-MiB discovery documents to the control endpoints.

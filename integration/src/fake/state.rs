@@ -41,6 +41,8 @@ pub struct FakeState {
     /// such as metrics-server): still listed, every request under them —
     /// their discovery document too — answers kube-aggregator's 503.
     pub unavailable: Arc<RwLock<Vec<String>>>,
+    /// The next resource requests fail this way (`/__fake/fail-next`).
+    pub fail_next: Arc<std::sync::Mutex<(u64, FailHow)>>,
     /// Who may call: API requests (not health, not test control) that no
     /// configured authenticator accepts get kube's 401 Status.
     pub auth: super::auth::AuthConfig,
@@ -61,6 +63,18 @@ pub struct ApisOverride {
     pub content_encoding: Option<String>,
     /// A new ETag on every answer for the same body.
     pub flapping_etag: bool,
+}
+
+/// How `/__fake/fail-next` fails a request.
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailHow {
+    /// The connection is dropped before any response byte (a server that
+    /// dies with the request in flight).
+    #[default]
+    Reset,
+    /// kube's 429 while it shuts down (`--shutdown-send-retry-after`).
+    ShuttingDown,
 }
 
 /// What the fake counted, at `GET /__fake/stats`.
