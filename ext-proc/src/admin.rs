@@ -137,6 +137,9 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 // Sent new requests (ready, read since, known to Envoy, a member).
                 "open": st.open,
                 "pending": st.pending,
+                // Closed, shutting down and still serving: the last resort
+                // for what only closed members serve.
+                "draining": st.draining,
                 "departed": st.departed.is_some(),
                 "release": st.version,
                 "resources": st.view.as_ref().map(|v| s.counted.view(v)),

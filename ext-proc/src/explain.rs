@@ -162,6 +162,24 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
             let serving = names(&in_set(set));
             ("unavailable", format!("only {} serve{} {w}, and {} closed (draining, restarting or not read): the 503 Status, never a 404", serving.join(", "), s_if_one(&serving), if serving.len() == 1 { "it is" } else { "all are" }))
         }
+        Decision::LastResort { set, .. } => {
+            let serving = names(&in_set(set));
+            let draining = names(&|i, a| in_set(set)(i, a) && a.closed && a.draining);
+            let one = draining.len() == 1;
+            (
+                "lastResort",
+                format!(
+                    "only {} serve{} {w}, and {} closed; {} {} still serving while shutting down: sent there rather than answered 503 (the 503 Status once {} stop{})",
+                    serving.join(", "),
+                    s_if_one(&serving),
+                    if serving.len() == 1 { "it is" } else { "all are" },
+                    draining.join(", "),
+                    if one { "is" } else { "are" },
+                    if one { "it" } else { "they" },
+                    if one { "s" } else { "" },
+                ),
+            )
+        }
         Decision::Pinned { set, .. } => {
             let serving = names(&in_set(set));
             let closed = names(&|i, a| in_set(set)(i, a) && a.closed);
@@ -288,13 +306,15 @@ mod tests {
             "/openapi/v3/api/v1",
             "/version",
         ];
-        for mask in 0..(1u32 << 9) {
+        for mask in 0..(1u32 << 12) {
             let mut t = sample();
             for (i, a) in t.apiservers.iter_mut().enumerate() {
                 a.closed = mask & (1 << i) != 0;
                 a.pending = a.closed && mask & (1 << (i + 3)) != 0;
                 a.healthy = mask & (1 << (i + 6)) == 0;
+                a.draining = a.closed && mask & (1 << (i + 9)) != 0;
             }
+            let closed: Vec<String> = t.apiservers.iter().filter(|a| a.closed).map(|a| a.address.clone()).collect();
             let rt = RouteTable::from_proto(&t).unwrap();
             for path in paths {
                 let e = explain(&t, "GET", path).unwrap();
@@ -302,6 +322,7 @@ mod tests {
                 let action = match e.decision.hosts.as_deref() {
                     None => "loadBalanced",
                     Some(mvp_contract::headers::UNAVAILABLE | mvp_contract::headers::UNAVAILABLE_DOCUMENT) => "unavailable",
+                    Some(hosts) if hosts.split(',').all(|h| closed.iter().any(|c| c == h)) => "lastResort",
                     Some(_) => "pinned",
                 };
                 assert_eq!(e.decision.action, action, "{path}: {}", e.decision.reason);

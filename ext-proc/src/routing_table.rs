@@ -49,6 +49,8 @@ pub struct Member<'a> {
     pub open: bool,
     /// Closed and what it serves now is unknown (see `sync::state`).
     pub pending: bool,
+    /// Closed, shutting down and still serving (see `sync::state`).
+    pub draining: bool,
     /// What it serves (its last good view), if anything is known.
     pub capabilities: Option<&'a Capabilities>,
     /// Its OpenAPI documents, if read.
@@ -98,6 +100,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                 healthy: s.healthy,
                 closed: !s.open,
                 pending: !s.open && s.pending,
+                draining: !s.open && s.draining,
             })
             .collect(),
         groups: groups

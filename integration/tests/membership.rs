@@ -79,11 +79,13 @@ async fn a_member_joins_through_its_identity_lease() {
 }
 
 /// SIGTERM with a shutdown delay, as kubeadm stops an apiserver: within 3 s
-/// no new request reaches it (its exclusive API answers the 503 Status,
-/// shared ones go to its peers) while a watch it holds keeps streaming
-/// until it exits.
+/// it is closed — no request its peers can answer reaches it — yet for its
+/// exclusive API it is the last resort while it still serves (before,
+/// issue 33: the 503 Status for the whole delay, though a server that could
+/// answer was up); a watch it holds keeps streaming until it exits, and
+/// after it exits its exclusive API answers the 503 Status.
 #[tokio::test]
-async fn a_draining_member_gets_no_new_requests_and_its_watches_run_to_the_end() {
+async fn a_draining_member_serves_only_what_nobody_else_can_and_its_watches_run_to_the_end() {
     let delay = Duration::from_secs(5);
     let door = FrontDoor::start(
         &[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37").with_shutdown_delay(delay)],
@@ -99,27 +101,19 @@ async fn a_draining_member_gets_no_new_requests_and_its_watches_run_to_the_end()
 
     let terminated = Instant::now();
     door.fake("v137").proc.signal("TERM");
-    let http = door.http.clone();
-    let url = door.url(EVICTIONS);
-    wait_for("v137's exclusive API to answer 503 after SIGTERM", Duration::from_secs(3), || async {
-        let r = http.get(&url).send().await.ok()?;
-        (r.status() == 503).then_some(())
-    })
-    .await
-    .unwrap();
+    let closed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
+    door.wait_table_published(closed).await.unwrap();
     let closed_in = terminated.elapsed();
-    // Until it exits: never v137, exclusive 503 Status with Retry-After,
-    // shared APIs from its peers.
+    assert!(closed_in < Duration::from_secs(3), "closed {closed_in:?} after SIGTERM");
+    // Until it exits: shared APIs from its peers only, its exclusive API
+    // from it (the last resort), never a 503.
     let mut checked = 0;
     while terminated.elapsed() < delay - Duration::from_millis(500) {
-        let r = door.http.get(door.url(EVICTIONS)).send().await.unwrap();
-        assert_eq!(r.status(), 503);
-        assert_eq!(r.headers().get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
-        let v: serde_json::Value = r.json().await.unwrap();
-        assert_eq!((v["kind"].as_str(), v["code"].as_u64()), (Some("Status"), Some(503)), "{v}");
+        let (status, v) = door.get_json(&door.http, EVICTIONS).await.unwrap();
+        assert_eq!((status, served_by(&v)), (200, "v137"), "{v}");
         let (status, v) = door.get_json(&door.http, CONFIGMAPS).await.unwrap();
         assert_eq!(status, 200);
-        assert_ne!(served_by(&v), "v137", "a new request reached the draining apiserver");
+        assert_ne!(served_by(&v), "v137", "a request its peers serve reached the draining apiserver");
         checked += 1;
     }
     // The watch streamed through the drain and ended only with the process.
@@ -135,6 +129,15 @@ async fn a_draining_member_gets_no_new_requests_and_its_watches_run_to_the_end()
     eprintln!("SIGTERM → closed in {closed_in:?}; {checked} checks; watch: {events_after_close} events after that, ended {ended:?} after SIGTERM (last event {:?} before)", last_event.elapsed());
     assert!(events_after_close > 10, "the watch on the draining apiserver stopped early");
     assert!(ended >= delay - Duration::from_millis(300), "the watch ended before the apiserver closed ({ended:?})");
+    // Gone: its exclusive API is the 503 Status with Retry-After again.
+    let http = door.http.clone();
+    let url = door.url(EVICTIONS);
+    wait_for("the exited apiserver's API to answer the 503 Status with Retry-After", Duration::from_secs(5), || async {
+        let r = http.get(&url).send().await.ok()?;
+        (r.status() == 503 && r.headers().get("retry-after").is_some()).then_some(())
+    })
+    .await
+    .unwrap();
 }
 
 /// An apiserver restarted in place as another release, the way kubeadm

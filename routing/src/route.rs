@@ -23,6 +23,10 @@ pub enum Decision<'t> {
     /// Only `set` serves it, or a member is closed: pinned to the open
     /// members of `set` (healthy ones first).
     Pinned { set: ServerSet, upstreams: &'t Upstreams },
+    /// Only closed members serve it, and some of them are draining (shutting
+    /// down, still serving): pinned to those as a last resort before the
+    /// 503 Status (Envoy's answer once they stop accepting connections).
+    LastResort { set: ServerSet, upstreams: &'t Upstreams },
     /// The 503 Status, never a 404: only closed members serve it (`set`),
     /// or nobody is known to (`set == 0`) while some member's API set is
     /// unknown (restarting, or not read yet) — that member may be about to
@@ -37,7 +41,7 @@ impl<'t> Decision<'t> {
     /// leave the request to Envoy's normal load balancing.
     pub fn hosts(&self, n: u32) -> Option<&'t str> {
         match self {
-            Decision::Pinned { upstreams, .. } => Some(upstreams.header_value(n)),
+            Decision::Pinned { upstreams, .. } | Decision::LastResort { upstreams, .. } => Some(upstreams.header_value(n)),
             Decision::Unavailable { retry_after: true, .. } => Some(UNAVAILABLE),
             Decision::Unavailable { retry_after: false, .. } => Some(UNAVAILABLE_DOCUMENT),
             Decision::NotRouted | Decision::ServedByNone | Decision::ServedByAll => None,
@@ -60,6 +64,7 @@ pub fn route<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>) -> (Route
         Some(set) => match table.pinned(set) {
             None => Decision::ServedByAll,
             Some(u) if u.unavailable() => Decision::Unavailable { set, retry_after },
+            Some(upstreams) if upstreams.last_resort() => Decision::LastResort { set, upstreams },
             Some(upstreams) => Decision::Pinned { set, upstreams },
         },
     };

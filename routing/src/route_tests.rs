@@ -106,3 +106,21 @@ fn documents_only_closed_members_serve_are_unavailable_without_retry_after() {
         assert_eq!(decide(&t, path.as_bytes(), 0), Some(*want), "{path}");
     }
 }
+
+/// Only closed members serve it and one of them is draining (shutting
+/// down, still serving): pinned to the draining one as a last resort, for
+/// resources and documents alike, instead of the 503.
+#[test]
+fn a_draining_member_is_the_last_resort_for_what_only_closed_members_serve() {
+    let mut p = sample();
+    p.apiservers[1].closed = true;
+    p.apiservers[1].draining = true;
+    let t = RouteTable::from_proto(&p).unwrap();
+    for path in ["/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims", "/apis/resource.k8s.io/v1", "/openapi/v3/apis/resource.k8s.io/v1"] {
+        let (_, d) = route(&t, &DecodedPath::parse(path.as_bytes()));
+        assert!(matches!(d, Decision::LastResort { .. }), "{path}: {d:?}");
+        assert_eq!(d.hosts(0), Some("127.0.0.1:1002"), "{path}");
+    }
+    // What an open member serves is never sent to the draining one.
+    assert_eq!(decide(&t, b"/apis/apps/v1/namespaces/ns/deployments", 0), Some("127.0.0.1:1001"));
+}

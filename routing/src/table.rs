@@ -67,15 +67,25 @@ pub struct Upstreams {
     /// last in every value; closed ones never appear. With no open member,
     /// the one value is [`UNAVAILABLE`].
     rotations: Box<[Box<str>]>,
-    /// Only closed members are in the set (decided once per table, not per
-    /// request).
+    /// Only closed members are in the set, none draining (decided once per
+    /// table, not per request).
     unavailable: bool,
+    /// Only closed members are in the set, some still draining: the values
+    /// list those (see `Apiserver.draining`).
+    last_resort: bool,
 }
 
 impl Upstreams {
-    /// Only closed members are in the set: the one value is [`UNAVAILABLE`].
+    /// Only closed members are in the set, none draining: the one value is
+    /// [`UNAVAILABLE`].
     pub fn unavailable(&self) -> bool {
         self.unavailable
+    }
+
+    /// Only closed members are in the set and the values name the draining
+    /// ones: a last resort before the 503 Status.
+    pub fn last_resort(&self) -> bool {
+        self.last_resort
     }
 
     /// The header value for the `n`th request routed to this set.
@@ -251,20 +261,27 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
     let (healthy, unhealthy): (Vec<&pb::Apiserver>, Vec<&pb::Apiserver>) =
         members.partition(|a| a.healthy);
     if healthy.is_empty() && unhealthy.is_empty() {
-        // Only closed members serve it: answered 503 by Envoy itself.
-        return Upstreams { rotations: Box::new([UNAVAILABLE.into()]), unavailable: true };
+        let draining: Vec<&pb::Apiserver> =
+            servers.iter().enumerate().filter(|(i, a)| set & (1u64 << i) != 0 && a.closed && a.draining).map(|(_, a)| a).collect();
+        if draining.is_empty() {
+            // Only closed members serve it: answered 503 by Envoy itself.
+            return Upstreams { rotations: Box::new([UNAVAILABLE.into()]), unavailable: true, last_resort: false };
+        }
+        // Still serving while it shuts down: better its answer than a 503.
+        return Upstreams { rotations: rotations(&draining, &[]), unavailable: false, last_resort: true };
     }
     // With no healthy member, the first unhealthy one still gets the request:
     // the client then sees a 503 Status rather than another server's 404.
-    let leaders: &[&pb::Apiserver] = if healthy.is_empty() { &unhealthy } else { &healthy };
-    let rotations = (0..leaders.len().max(1))
+    let (leaders, rest): (&[&pb::Apiserver], &[&pb::Apiserver]) = if healthy.is_empty() { (&unhealthy, &[]) } else { (&healthy, &unhealthy) };
+    Upstreams { rotations: rotations(leaders, rest), unavailable: false, last_resort: false }
+}
+
+/// One header value per leader, each starting at a different one and
+/// listing the other leaders, then `rest`.
+fn rotations(leaders: &[&pb::Apiserver], rest: &[&pb::Apiserver]) -> Box<[Box<str>]> {
+    (0..leaders.len().max(1))
         .map(|start| {
-            let ordered = leaders
-                .iter()
-                .cycle()
-                .skip(start)
-                .take(leaders.len())
-                .chain(if healthy.is_empty() { [].iter() } else { unhealthy.iter() });
+            let ordered = leaders.iter().cycle().skip(start).take(leaders.len()).chain(rest.iter());
             ordered
                 .take(MAX_LISTED_APISERVERS)
                 .map(|a| a.address.as_str())
@@ -272,8 +289,7 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
                 .join(",")
                 .into_boxed_str()
         })
-        .collect();
-    Upstreams { rotations, unavailable: false }
+        .collect()
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
         healthy,
         closed: false,
         pending: false,
+        draining: false,
     }
 }
 

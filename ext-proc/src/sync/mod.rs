@@ -311,13 +311,14 @@ impl Syncer {
                 }
                 if let Err(e) = ready {
                     // Unreachable is an error; a 5xx /readyz is a drain.
-                    if !matches!(e, crate::discover::DiscoveryError::Fetch { source: crate::discover::FetchError::Status(_), .. }) {
+                    let answering = matches!(e, crate::discover::DiscoveryError::Fetch { source: crate::discover::FetchError::Status(_), .. });
+                    if !answering {
                         metrics.sync_error(&name, "fetch_readyz");
                     }
                     if state.ready || state.last_error.is_none() {
-                        tracing::info!(apiserver = %name, error = %e, "apiserver not ready; no new request reaches it until it is ready and read again");
+                        tracing::info!(apiserver = %name, error = %e, draining = answering, "apiserver not ready; no new request reaches it until it is ready and read again");
                     }
-                    state.not_ready(e.to_string());
+                    state.not_ready(e.to_string(), answering, now);
                 }
                 match result {
                     None => {}
@@ -340,6 +341,13 @@ impl Syncer {
                     }
                 }
                 metrics.apiserver_healthy(&name, state.healthy);
+                // Departed and no longer draining: nothing left to ask it.
+                if slot.state.departed.is_some()
+                    && slot.state.draining_since.is_none()
+                    && let Some(t) = slot.task.take()
+                {
+                    t.abort();
+                }
             }
             poll::Report::OpenApi { id, result } => {
                 let Some(slot) = self.slot_mut(id) else { return };

@@ -269,13 +269,13 @@ pub(super) fn openapi_merger(merged: watch::Sender<Arc<MergedOpenApi>>) -> Lates
 }
 
 /// One member's part in the table: its view and OpenAPI documents (by
-/// identity: held, so their addresses cannot be reused by others), health
-/// and address.
-pub(super) struct TableInput(String, Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, (bool, bool), Option<SocketAddr>);
+/// identity: held, so their addresses cannot be reused by others), health,
+/// open/pending/draining and address.
+pub(super) struct TableInput(String, Option<Arc<ServerView>>, Option<Arc<ServerOpenApi>>, bool, (bool, bool, bool), Option<SocketAddr>);
 
 impl TableInput {
     fn of(s: &ServerState) -> TableInput {
-        TableInput(s.spec.name.clone(), s.view.clone(), s.openapi.clone(), s.healthy, (s.open, s.pending), s.address)
+        TableInput(s.spec.name.clone(), s.view.clone(), s.openapi.clone(), s.healthy, (s.open, s.pending, s.draining), s.address)
     }
 }
 

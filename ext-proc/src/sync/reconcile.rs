@@ -46,7 +46,7 @@ impl Syncer {
         for d in desired.iter() {
             let existing = self.slots.iter_mut().find(|s| s.state.spec.url == d.spec.url || s.state.spec.name == d.spec.name);
             match existing {
-                Some(slot) if slot.task.is_some() && slot.state.spec == d.spec => {
+                Some(slot) if slot.task.is_some() && slot.state.departed.is_none() && slot.state.spec == d.spec => {
                     if d.incarnation.is_some() && slot.state.incarnation != d.incarnation {
                         if slot.state.incarnation.is_some() {
                             tracing::info!(apiserver = %d.spec.name, from = ?slot.state.incarnation, to = ?d.incarnation, "apiserver restarted; closed until its discovery is read again");
@@ -70,9 +70,13 @@ impl Syncer {
             if !member && slot.state.departed.is_none() {
                 tracing::info!(apiserver = %slot.state.spec.name, "apiserver departed; no new request reaches it, its exclusive APIs answer 503 until it is forgotten");
                 self.metrics.membership_change("departed");
-                slot.state.departed = Some(now);
-                slot.state.ready = false;
-                if let Some(t) = slot.task.take() {
+                slot.state.departed(now);
+                // A member that left while draining is still asked
+                // `/readyz`, so it stops being the last resort the moment it
+                // stops answering (see `Syncer::apply`).
+                if slot.state.draining_since.is_none()
+                    && let Some(t) = slot.task.take()
+                {
                     t.abort();
                 }
             }
@@ -112,6 +116,12 @@ impl Syncer {
     /// when nothing about them is known).
     pub(super) fn forget_expired(&mut self) {
         let retention = self.options.departed_retention;
+        for s in &mut self.slots {
+            let last_resort_over = s.state.draining_since.is_none_or(|at| at.elapsed() >= crate::sync::state::LAST_RESORT_FOR);
+            if s.state.departed.is_some() && last_resort_over && let Some(t) = s.task.take() {
+                t.abort();
+            }
+        }
         let mut forgotten = Vec::new();
         self.slots.retain(|s| match s.state.departed {
             Some(at) if s.state.view.is_none() || at.elapsed() >= retention => {

@@ -70,7 +70,21 @@ pub struct ServerState {
     /// nobody is known to serve answers 503 rather than 404
     /// (`Apiserver.pending` in the table).
     pub pending: bool,
+    /// Since when it has been shutting down while still answering: its
+    /// `/readyz` answered a failure status, or it left the membership while
+    /// it was ready (kube withdraws its endpoint at the start of its
+    /// shutdown delay). Unset once it is ready again or stops answering.
+    pub draining_since: Option<Instant>,
+    /// Derived with `open`: closed and draining for less than
+    /// [`LAST_RESORT_FOR`] — a request only closed members serve is sent to
+    /// it rather than answered 503 (`Apiserver.draining` in the table).
+    pub draining: bool,
 }
+
+/// How long a draining member stays a last resort. kube's
+/// `--shutdown-delay-duration` is seconds to a minute or so; past this the
+/// member is assumed gone even if nothing said so.
+pub const LAST_RESORT_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl ServerState {
     pub fn new(spec: ApiserverSpec) -> ServerState {
@@ -91,6 +105,8 @@ impl ServerState {
             open: false,
             closed_since: Some(Instant::now()),
             pending: true,
+            draining_since: None,
+            draining: false,
         }
     }
 
@@ -109,14 +125,36 @@ impl ServerState {
         }
         self.open = open;
         self.pending = !open && self.departed.is_none() && self.closed_since.is_some_and(|at| now.duration_since(at) < retention);
+        if open {
+            self.draining_since = None;
+        }
+        self.draining = !open && self.draining_since.is_some_and(|at| now.duration_since(at) < LAST_RESORT_FOR);
     }
 
-    /// Not ready: closed until it is ready and read again.
-    pub fn not_ready(&mut self, error: String) {
+    /// Not ready: closed until it is ready and read again. `answering`: its
+    /// `/readyz` answered (a failure status) — it is shutting down and
+    /// still serving; otherwise it is unreachable or hung.
+    pub fn not_ready(&mut self, error: String, answering: bool, now: Instant) {
+        if answering {
+            self.draining_since.get_or_insert(now);
+        } else {
+            self.draining_since = None;
+        }
         self.ready = false;
         self.healthy = false;
         self.current = false;
         self.last_error = Some(error);
+    }
+
+    /// Left every membership source: closed at once. Left while it was
+    /// ready, it is most likely in its shutdown delay (kube withdraws its
+    /// endpoint first): draining from now, unless already.
+    pub fn departed(&mut self, now: Instant) {
+        if self.ready {
+            self.draining_since.get_or_insert(now);
+        }
+        self.departed = Some(now);
+        self.ready = false;
     }
 
     /// A source says it restarted (or moved): closed until read again.
@@ -147,6 +185,7 @@ impl ServerState {
             healthy: self.healthy,
             open: self.open,
             pending: self.pending,
+            draining: self.draining,
             capabilities: self.view.as_deref().map(|v| &v.capabilities),
             openapi: self.openapi.as_deref(),
         }
