@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use integration::harness::real::{KubeMvp, RealControlPlane, Release, Spec, TOKENS};
 use integration::harness::{FrontDoor, Topology, plain_round_robin, plain_round_robin_bypassing_kube_mvp};
-use integration::soak::timeline::{State, Timeline};
+use integration::soak::timeline::{Process, State, Timeline};
 use serde_json::{Value, json};
 
 const DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
@@ -204,7 +204,11 @@ const CLASSES: [&str; 8] = ["correct 2xx", "correct 404", "wrong 404", "503 Stat
 /// The class, and what it was when it is wrong or "other".
 fn classify(r: &Record, served: &BTreeMap<String, BTreeSet<String>>) -> (&'static str, Option<String>) {
     let list = r.api.and_then(|a| APIS.get(a)).map(|a| a.list);
-    let capable = |s: &State| s.values().any(|p| list.is_none_or(|l| served.get(&p.release).is_some_and(|set| set.contains(l))));
+    let serves = |p: &Process| list.is_none_or(|l| served.get(&p.release).is_some_and(|set| set.contains(l)));
+    // Up: the bar for a wrong 404. Up and ready (/readyz 200 seen): the bar
+    // for a 503 a capable server could have answered.
+    let capable = |s: &State| s.values().any(serves);
+    let capable_ready = |s: &State| s.values().any(|p| p.ready && serves(p));
     let what = format!("{:?} {}", r.verb, list.unwrap_or("/apis"));
     let other = |detail: String| ("other", Some(format!("{} {what}: {detail}", r.status.map_or("no answer".into(), |s| s.to_string()))));
     match r.status {
@@ -213,7 +217,7 @@ fn classify(r: &Record, served: &BTreeMap<String, BTreeSet<String>>) -> (&'stati
         Some(200..=299) => ("correct 2xx", None),
         Some(404) if r.states.iter().any(capable) => ("wrong 404", Some(what)),
         Some(404) => ("correct 404", None),
-        Some(503) if r.body["kind"] == "Status" && r.states.iter().all(capable) => ("503 Status, capable up", Some(format!("503 Status, capable up: {what}"))),
+        Some(503) if r.body["kind"] == "Status" && r.states.iter().all(capable_ready) => ("503 Status, capable up", Some(format!("503 Status, capable up: {what}"))),
         Some(503) if r.body["kind"] == "Status" => ("503 Status", None),
         Some(503) => ("plain-text 503", Some(what)),
         Some(429) => ("429 Retry-After", None),
@@ -261,6 +265,7 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>) {
     create_probes(&cp, 0, &served["1.35"], &shared).await;
     for n in NAMES {
         shared.timeline.up(n, "1.35");
+        shared.timeline.ready(n);
     }
     let t0 = Instant::now();
     let mut tasks = start_load(&shared, 0, &door, &base(&bypassing), t0);
@@ -284,6 +289,8 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>) {
             // wrong from the first moment it could answer.
             shared.timeline.up(name, release);
             cp.start_apiserver(i).await.unwrap();
+            // Its /readyz answered 200 (start_apiserver waits for it).
+            shared.timeline.ready(name);
             if !served.contains_key(release) {
                 served.insert(release.to_string(), cp.listable(i).await.unwrap());
             }

@@ -198,7 +198,10 @@ async fn stop_gracefully(door: &mut FrontDoor, timeline: &Timeline, name: &str, 
 async fn start_as(door: &mut FrontDoor, timeline: &Timeline, name: &str, release: &str) -> Result<()> {
     timeline.up(name, release);
     let spec = FakeSpec { release: release.into(), ..door.fake(name).spec.clone() };
-    door.restart_fake(name, spec).await
+    door.restart_fake(name, spec).await?;
+    // A fake is ready once it listens.
+    timeline.ready(name);
+    Ok(())
 }
 
 pub async fn run(settings: Settings) -> Result<Report> {
@@ -215,6 +218,7 @@ pub async fn run(settings: Settings) -> Result<Report> {
     let load = Arc::new(Load { phase: AtomicUsize::new(0), stop: AtomicBool::new(false), tallies: Mutex::new(vec![Default::default()]), timeline: Timeline::default() });
     for n in names {
         load.timeline.up(n, "v1.30");
+        load.timeline.ready(n);
     }
     let items = Arc::new(workload::workload()?);
     let mut tasks = start_load(&load, 0, door.url(""), settings.clients, &items);

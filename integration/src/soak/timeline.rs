@@ -11,6 +11,10 @@ use std::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Process {
     pub release: String,
+    /// Its `/readyz` answered 200 (seen by the driver): from then on a load
+    /// balancer would send it requests, so a 503 for its APIs is one a
+    /// capable server could have answered.
+    pub ready: bool,
     /// SIGTERM sent: `/readyz` fails, in-flight requests still finish.
     pub stopping: bool,
 }
@@ -32,9 +36,19 @@ impl Timeline {
         states.push((Instant::now(), next));
     }
 
+    /// Started (or about to be): a 404 for its APIs is wrong from now on.
     pub fn up(&self, name: &str, release: &str) {
         self.change(|s| {
-            s.insert(name.to_string(), Process { release: release.to_string(), stopping: false });
+            s.insert(name.to_string(), Process { release: release.to_string(), ready: false, stopping: false });
+        });
+    }
+
+    /// Its `/readyz` answered 200.
+    pub fn ready(&self, name: &str) {
+        self.change(|s| {
+            if let Some(p) = s.get_mut(name) {
+                p.ready = true;
+            }
         });
     }
 
@@ -61,9 +75,17 @@ impl Timeline {
 }
 
 /// Whether some process in `state` that is up (stopping or not) is of a
-/// release in `releases`: it could answer the request with the object.
+/// release in `releases`: it could answer the request with the object —
+/// the bar for a wrong 404, from the moment it starts.
 pub fn capable(state: &State, releases: &[String]) -> bool {
     state.values().any(|p| releases.contains(&p.release))
+}
+
+/// [`capable`], and it was ready (`/readyz` 200 seen; a stopping one was):
+/// the bar for a 503 a capable server could have answered — a load
+/// balancer's own, which routes by `/readyz`.
+pub fn capable_and_ready(state: &State, releases: &[String]) -> bool {
+    state.values().any(|p| p.ready && releases.contains(&p.release))
 }
 
 #[cfg(test)]
@@ -87,5 +109,17 @@ mod tests {
         let releases = vec!["v1.30".to_string()];
         assert!(capable(&seen[1], &releases), "a stopping apiserver still answers");
         assert!(!capable(&seen[2], &releases));
+    }
+
+    #[test]
+    fn a_starting_process_can_make_a_404_wrong_but_not_a_503() {
+        let t = Timeline::default();
+        t.up("a", "v1.33");
+        let releases = ["v1.33".to_string()];
+        let starting = t.during(Instant::now(), Instant::now()).pop().unwrap();
+        assert!(capable(&starting, &releases) && !capable_and_ready(&starting, &releases));
+        t.ready("a");
+        let ready = t.during(Instant::now(), Instant::now()).pop().unwrap();
+        assert!(capable_and_ready(&ready, &releases));
     }
 }

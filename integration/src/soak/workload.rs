@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use super::timeline::{State, capable};
+use super::timeline::{State, capable, capable_and_ready};
 use crate::harness::served_resources;
 
 /// Events a watch asks for after its first: 100 ms apart.
@@ -125,7 +125,7 @@ pub fn classify(item: &Item, states: &[State], outcome: &Outcome) -> (&'static s
         Outcome::Answer { status, body, watch } => (*status, body, watch),
     };
     let capable_at_some_moment = states.iter().any(|s| capable(s, &item.releases));
-    let capable_throughout = !states.is_empty() && states.iter().all(|s| capable(s, &item.releases));
+    let capable_throughout = !states.is_empty() && states.iter().all(|s| capable_and_ready(s, &item.releases));
     let other = |what: String| (OTHER, Some(format!("{status} {}: {what}", item.path)));
     match status {
         200..=299 if item.verb == Verb::Discovery => match body["kind"].as_str() {
@@ -190,7 +190,7 @@ mod tests {
     use super::*;
 
     fn state(procs: &[(&str, &str, bool)]) -> State {
-        procs.iter().map(|(n, r, stopping)| (n.to_string(), Process { release: r.to_string(), stopping: *stopping })).collect()
+        procs.iter().map(|(n, r, stopping)| (n.to_string(), Process { release: r.to_string(), ready: true, stopping: *stopping })).collect()
     }
 
     fn answer(status: u16, body: Value, watch: Option<(usize, bool)>) -> Outcome {
