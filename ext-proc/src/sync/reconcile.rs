@@ -146,6 +146,19 @@ mod tests {
     use crate::membership::Desired;
     use crate::routing_table;
 
+    /// A loop with no members, an hour between reads and an hour's
+    /// retention: the tests drive it by hand.
+    fn syncer() -> Syncer {
+        let transport = crate::discover::Transport::new(None, None, "X-Remote-User").unwrap();
+        let options = super::super::SyncOptions {
+            interval: std::time::Duration::from_secs(3600),
+            discovery: Default::default(),
+            state_file: None,
+            departed_retention: std::time::Duration::from_secs(3600),
+        };
+        Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new()).0
+    }
+
     fn members(prefix: &str, base: u16) -> MemberSet {
         Arc::new((0..MAX_APISERVERS as u16).map(|i| Desired { spec: format!("{prefix}-{i:02}=http://127.0.0.1:{}", base + i).parse().unwrap(), incarnation: None }).collect())
     }
@@ -155,14 +168,7 @@ mod tests {
     /// table (one bit per member) holds exactly the present ones.
     #[tokio::test]
     async fn the_table_never_holds_more_members_than_bits() {
-        let transport = crate::discover::Transport::new(None, None, "X-Remote-User").unwrap();
-        let options = super::super::SyncOptions {
-            interval: std::time::Duration::from_secs(3600),
-            discovery: Default::default(),
-            state_file: None,
-            departed_retention: std::time::Duration::from_secs(3600),
-        };
-        let (mut syncer, _) = Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new());
+        let mut syncer = syncer();
         syncer.reconcile(&members("old", 20000));
         for s in &mut syncer.slots {
             s.state.succeeded(Arc::new(ServerView::default()), Instant::now());
@@ -185,14 +191,7 @@ mod tests {
     /// not gated, and tables named it before Envoy's endpoints did).
     #[tokio::test]
     async fn a_moved_member_waits_for_envoy_to_know_its_new_address() {
-        let transport = crate::discover::Transport::new(None, None, "X-Remote-User").unwrap();
-        let options = super::super::SyncOptions {
-            interval: std::time::Duration::from_secs(3600),
-            discovery: Default::default(),
-            state_file: None,
-            departed_retention: std::time::Duration::from_secs(3600),
-        };
-        let (mut syncer, _) = Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new());
+        let mut syncer = syncer();
         let moving = Desired { spec: "kas-a=http://kas-a.example:6443".parse().unwrap(), incarnation: None };
         syncer.reconcile(&Arc::new(vec![moving]));
         syncer.started = true;
