@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use integration::harness::real::{KubeMvp, RealControlPlane, Release, Spec, TOKENS};
 use integration::harness::{FrontDoor, Topology, plain_round_robin, plain_round_robin_bypassing_kube_mvp};
+use integration::soak::continuity;
 use integration::soak::timeline::{Process, State, Timeline};
 use serde_json::{Value, json};
 
@@ -248,7 +249,7 @@ struct Row {
     samples: BTreeMap<String, usize>,
 }
 
-async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>) {
+async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity::Summary) {
     let graceful = ["--shutdown-delay-duration=3s", "--shutdown-send-retry-after=true"];
     let specs: Vec<Spec> = NAMES.iter().map(|n| Spec::new(n, Release::minor(35), &graceful).with(KubeMvp::AsReleased)).collect();
     let mut cp = RealControlPlane::start_specs(&specs).await.unwrap();
@@ -271,6 +272,19 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>) {
     let mut tasks = start_load(&shared, 0, &door, &base(&bypassing), t0);
     tasks.extend(start_load(&shared, 1, &door, &base(&plain), t0));
     tasks.extend(start_load(&shared, 2, &door, &door.url(""), t0));
+    // Watch continuity through mvp-envoy: a labelled ConfigMap created
+    // every 200 ms, followed as a reflector follows it.
+    let target = continuity::Target {
+        client: door.https(None, true).unwrap(),
+        base: door.url(""),
+        collection: APIS[0].collection.into(),
+        label_selector: "continuity=1".into(),
+        token: TOKENS[0].0.into(),
+    };
+    let (stop_following, stop_creating) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (followed, follower) = continuity::follow(target.clone(), stop_following.clone());
+    let body = |n: u64| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("continuity-{n}"), "labels": {"continuity": "1"}}});
+    let (created, creator) = continuity::create_every(target, Duration::from_millis(200), body, stop_creating.clone());
 
     for (release, minor) in UPGRADES {
         for (i, name) in NAMES.iter().enumerate() {
@@ -306,6 +320,16 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>) {
     for t in tasks {
         let _ = t.await;
     }
+    stop_creating.store(true, Ordering::Relaxed);
+    let _ = creator.await;
+    let created = created.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while continuity::Summary::of(&created, &followed).lost > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop_following.store(true, Ordering::Relaxed);
+    let _ = follower.await;
+    let watch = continuity::Summary::of(&created, &followed);
 
     let records = shared.records.lock().unwrap_or_else(|p| p.into_inner());
     let samples = shared.samples.lock().unwrap_or_else(|p| p.into_inner());
@@ -329,8 +353,9 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>) {
             row
         })
         .collect();
-    (rows, served)
+    (rows, served, watch)
 }
+
 
 fn table(rows: &[Row]) -> String {
     let mut t = format!(
@@ -354,8 +379,8 @@ fn table(rows: &[Row]) -> String {
 
 #[tokio::test]
 async fn a_real_rolling_upgrade_side_by_side_with_kubes_own_mvp() {
-    let (rows, served) = upgrade().await;
-    let table = table(&rows);
+    let (rows, served, watch) = upgrade().await;
+    let table = format!("{}\nWatch continuity through mvp-envoy: {watch:?}\n", table(&rows));
     eprintln!("{table}");
     if let Ok(file) = std::env::var("MVP_UPGRADE_REPORT") {
         let _ = std::fs::write(file, &table);
@@ -364,6 +389,8 @@ async fn a_real_rolling_upgrade_side_by_side_with_kubes_own_mvp() {
     let by = |list: &str| -> Vec<&str> { served.iter().filter(|(_, s)| s.contains(list)).map(|(r, _)| r.as_str()).collect() };
     assert_eq!([by(APIS[0].list), by(APIS[1].list), by(APIS[2].list)], [vec!["1.35", "1.36", "1.37"], vec!["1.36", "1.37"], vec!["1.37"]]);
 
+    assert!(watch.created > 100 && watch.resumed >= 3, "{watch:?}");
+    assert_eq!((watch.lost, watch.relists), (0, 0), "events lost across server stops: {watch:?}");
     let mvp_envoy = &rows[2];
     for bad in ["wrong 404", "plain-text 503", "other"] {
         assert_eq!(mvp_envoy.classes[bad], 0, "mvp-envoy: {bad}\n{table}");

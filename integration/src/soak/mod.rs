@@ -15,6 +15,7 @@
 //! down.
 //! `scripts/soak.sh` runs it long; `tests/soak.rs` runs it bounded.
 
+pub mod continuity;
 pub mod report;
 pub mod timeline;
 pub mod workload;
