@@ -31,8 +31,9 @@ impl Syncer {
         let accepted = self.xds.as_ref().map(|x| x.accepted.borrow().clone()).unwrap_or_default();
         let mut members = 0;
         let now = Instant::now();
+        let tnow = tokio::time::Instant::now();
         for s in &mut self.slots {
-            let known = s.state.address.is_some_and(|a| accepted.covers(&a));
+            let known = s.state.address.is_some_and(|a| accepted.covers(&a, tnow));
             let open = s.state.may_open(known);
             if open != s.state.open {
                 self.metrics.apiserver_open(&s.state.spec.name, open);

@@ -43,15 +43,32 @@ use crate::stopping::Stopping;
 /// mvp-ext-proc restart: versions are content digests); one that leaves an
 /// endpoint push unacknowledged for [`ACK_GRACE`], or rejects it, stops
 /// counting until it acknowledges one (logged, `mvp_xds_lagging_streams`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
     pub streams: usize,
     pub addresses: BTreeSet<SocketAddr>,
+    /// Since when no stream has counted (the start, or the last one gone).
+    pub quiet_since: tokio::time::Instant,
+}
+
+impl Default for Accepted {
+    fn default() -> Self {
+        Accepted { streams: 0, addresses: BTreeSet::new(), quiet_since: tokio::time::Instant::now() }
+    }
 }
 
 impl Accepted {
-    pub fn covers(&self, a: &SocketAddr) -> bool {
-        self.streams == 0 || self.addresses.contains(a)
+    /// Whether every Envoy that routes by this process's tables has an
+    /// endpoint for `a`. With no stream, only once none has been for
+    /// [`ACK_GRACE`]: an Envoy reconnecting (after its stream broke, or
+    /// after this process restarted) polls tables before its ADS stream is
+    /// back, and an override host it does not have falls back to round
+    /// robin — another server's 404 for an API only `a` serves.
+    pub fn covers(&self, a: &SocketAddr, now: tokio::time::Instant) -> bool {
+        if self.streams == 0 {
+            return now.duration_since(self.quiet_since) >= ACK_GRACE;
+        }
+        self.addresses.contains(a)
     }
 }
 
@@ -113,8 +130,12 @@ impl AdsServer {
             None => BTreeSet::new(),
             Some((first, rest)) => rest.iter().fold((*first).clone(), |acc, s| acc.intersection(s).copied().collect()),
         };
-        let next = Accepted { streams: counted.len(), addresses };
         self.accepted.send_if_modified(|cur| {
+            let quiet_since = match (cur.streams, counted.len()) {
+                (_, 0) if cur.streams > 0 => tokio::time::Instant::now(),
+                _ => cur.quiet_since,
+            };
+            let next = Accepted { streams: counted.len(), addresses, quiet_since };
             let changed = *cur != next;
             *cur = next;
             changed
@@ -372,5 +393,26 @@ impl AggregatedDiscoveryService for AdsServer {
 
     async fn delta_aggregated_resources(&self, _: Request<Streaming<DeltaDiscoveryRequest>>) -> Result<Response<DeltaStream>, Status> {
         Err(Status::unimplemented("mvp-ext-proc serves state-of-the-world ADS (api_type GRPC), not delta"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No Envoy connected: a joining member's address counts as known only
+    /// after the grace (an Envoy may be reconnecting); with one connected,
+    /// only what it acknowledged counts.
+    #[test]
+    fn with_no_stream_an_address_is_known_only_after_the_grace() {
+        let a: SocketAddr = "10.0.0.1:6443".parse().unwrap();
+        let quiet = Accepted::default();
+        let t = quiet.quiet_since;
+        assert!(!quiet.covers(&a, t));
+        assert!(!quiet.covers(&a, t + ACK_GRACE / 2));
+        assert!(quiet.covers(&a, t + ACK_GRACE));
+        let one = Accepted { streams: 1, addresses: [a].into(), quiet_since: t };
+        assert!(one.covers(&a, t));
+        assert!(!one.covers(&"10.0.0.2:6443".parse().unwrap(), t + ACK_GRACE * 10));
     }
 }
