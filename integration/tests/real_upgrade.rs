@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use integration::harness::real::{KubeMvp, RealControlPlane, Release, Spec, TOKENS};
 use integration::harness::{FrontDoor, Topology, plain_round_robin, plain_round_robin_bypassing_kube_mvp};
 use integration::soak::continuity;
+use integration::soak::samplers::{Sampler, Samples};
 use integration::soak::timeline::{Process, State, Timeline};
 use serde_json::{Value, json};
 
@@ -118,8 +119,10 @@ struct Shared {
     /// Per API: its probe object exists.
     probe: [AtomicBool; 3],
     records: Mutex<Vec<Record>>,
-    /// (door, new connection, second of the run, ok) of the 1 Hz samplers.
-    samples: Mutex<Vec<(usize, bool, u64, bool)>>,
+    /// Set with `stop`: the samplers' own flag.
+    sampling: Arc<AtomicBool>,
+    /// The 1 Hz samplers' answers.
+    samples: Arc<Samples>,
     timeline: Timeline,
     ca_pem: String,
 }
@@ -174,18 +177,9 @@ fn start_load(shared: &Arc<Shared>, d: usize, door: &FrontDoor, base: &str, t0: 
                 shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(Record { door: d, verb, api, states, status, body });
             }
         }));
-        for fresh in [true, false] {
-            let (shared, base) = (shared.clone(), base.to_string());
-            let c = if fresh { new_connection_each_time(door, http2) } else { door.https(None, http2).unwrap() };
-            tasks.push(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(1));
-                while !shared.stop.load(Ordering::Relaxed) {
-                    tick.tick().await;
-                    let ok = c.get(format!("{base}{SAMPLED}")).bearer_auth(TOKENS[0].0).send().await.is_ok_and(|r| r.status() == 200);
-                    shared.samples.lock().unwrap_or_else(|p| p.into_inner()).push((d, fresh, t0.elapsed().as_secs(), ok));
-                }
-            }));
-        }
+        let samplers = [true, false].map(|fresh| Sampler { fresh, client: if fresh { new_connection_each_time(door, http2) } else { door.https(None, http2).unwrap() } });
+        let stop = shared.sampling.clone();
+        tasks.extend(shared.samples.start(d, samplers.into(), format!("{base}{SAMPLED}"), Some(TOKENS[0].0), t0, stop));
     }
     tasks
 }
@@ -317,6 +311,7 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
         }
     }
     shared.stop.store(true, Ordering::Relaxed);
+    shared.sampling.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
     }
@@ -332,7 +327,6 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
     let watch = continuity::Summary::of(&created, &followed);
 
     let records = shared.records.lock().unwrap_or_else(|p| p.into_inner());
-    let samples = shared.samples.lock().unwrap_or_else(|p| p.into_inner());
     let rows = DOORS
         .iter()
         .enumerate()
@@ -345,11 +339,7 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
                     *row.samples.entry(s).or_default() += 1;
                 }
             }
-            let failed = |fresh: Option<bool>| {
-                let s: BTreeSet<u64> = samples.iter().filter(|(sd, f, _, ok)| *sd == d && !ok && fresh.is_none_or(|x| x == *f)).map(|(_, _, s, _)| *s).collect();
-                s.len()
-            };
-            row.seconds = [failed(None), failed(Some(true)), failed(Some(false))];
+            row.seconds = shared.samples.disruption(d);
             row
         })
         .collect();

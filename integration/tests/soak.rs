@@ -16,6 +16,8 @@ async fn a_whole_upgrade_under_load_gives_no_wrong_404_and_nothing_else() {
     let (mvp, plain) = (r.total(0), r.total(1));
     assert_eq!(mvp.get(WRONG_404), 0, "{table}");
     assert_eq!(mvp.get(OTHER), 0, "{table}");
+    assert!(r.sampled[0] > 20, "{table}");
+    assert_eq!(r.disruption[0][0], 0, "mvp-envoy: disruption seconds\n{table}");
     assert!(plain.get(WRONG_404) > 0, "the plain front door should show the problem: {table}");
     // Memory flat after warm-up: the last phase within bounds of the second.
     let (warm, last) = (&r.phases[1].rss_kib, &r.phases[r.phases.len() - 1].rss_kib);

@@ -18,7 +18,9 @@ use serde_json::Value;
 pub struct Followed {
     /// Names delivered as `ADDED` by a watch.
     pub watched: Mutex<BTreeSet<String>>,
-    /// Names only a relist showed.
+    /// Names the first list showed (there before the first watch).
+    pub listed_first: Mutex<BTreeSet<String>>,
+    /// Names only a relist (after `410 Gone`) showed.
     pub relisted: Mutex<BTreeSet<String>>,
     /// Watches that ended and were started again from the last version.
     pub resumed: AtomicU64,
@@ -69,12 +71,14 @@ async fn list(t: &Target, out: &Followed) -> Option<String> {
     let url = format!("{}{}?labelSelector={}", t.base, t.collection, t.label_selector);
     let v: Value = t.client.get(url).bearer_auth(&t.token).send().await.ok()?.json().await.ok()?;
     let watched = out.watched.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut first = out.listed_first.lock().unwrap_or_else(|p| p.into_inner());
     let mut relisted = out.relisted.lock().unwrap_or_else(|p| p.into_inner());
+    let relist = out.relists.load(Ordering::Relaxed) > 0;
     for item in v["items"].as_array()? {
         if let Some(n) = item["metadata"]["name"].as_str()
             && !watched.contains(n)
         {
-            relisted.insert(n.to_string());
+            if relist { relisted.insert(n.to_string()) } else { first.insert(n.to_string()) };
         }
     }
     v["metadata"]["resourceVersion"].as_str().map(str::to_string)
@@ -172,8 +176,10 @@ pub struct Summary {
 impl Summary {
     pub fn of(created: &BTreeSet<String>, followed: &Followed) -> Summary {
         let watched = followed.watched.lock().unwrap_or_else(|p| p.into_inner());
+        let first = followed.listed_first.lock().unwrap_or_else(|p| p.into_inner());
         let relisted = followed.relisted.lock().unwrap_or_else(|p| p.into_inner());
-        let lost: Vec<&String> = created.iter().filter(|n| !watched.contains(*n)).collect();
+        // There before the first watch: the first list is how it is seen.
+        let lost: Vec<&String> = created.iter().filter(|n| !watched.contains(*n) && !first.contains(*n)).collect();
         Summary {
             created: created.len(),
             lost: lost.len(),

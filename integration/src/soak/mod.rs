@@ -17,6 +17,7 @@
 
 pub mod continuity;
 pub mod report;
+pub mod samplers;
 pub mod timeline;
 pub mod workload;
 
@@ -30,6 +31,7 @@ use serde_json::Value;
 
 use crate::harness::process::rss_kib;
 use crate::harness::{FakeSpec, FrontDoor, Options, plain_round_robin, wait_for};
+use samplers::Samples;
 use timeline::Timeline;
 use workload::{AGGREGATED_ACCEPT, Item, Outcome, Tally, Verb};
 
@@ -68,7 +70,15 @@ pub struct Phase {
 pub struct Report {
     pub settings: Settings,
     pub phases: Vec<Phase>,
+    /// Per front door: disruption seconds (any sampler, new connections,
+    /// reused connections; see [`samplers`]).
+    pub disruption: [[usize; 3]; 2],
+    /// Per front door: samples taken.
+    pub sampled: [usize; 2],
 }
+
+/// What the 1 Hz samplers ask: something every release serves.
+const SAMPLED: &str = "/api/v1/namespaces/default/configmaps";
 
 impl Report {
     /// One front door's tally over the whole run.
@@ -222,8 +232,13 @@ pub async fn run(settings: Settings) -> Result<Report> {
         load.timeline.ready(n);
     }
     let items = Arc::new(workload::workload()?);
+    let plain_url = format!("http://127.0.0.1:{}", plain_topology.ports.listen);
     let mut tasks = start_load(&load, 0, door.url(""), settings.clients, &items);
-    tasks.extend(start_load(&load, 1, format!("http://127.0.0.1:{}", plain_topology.ports.listen), settings.clients, &items));
+    tasks.extend(start_load(&load, 1, plain_url.clone(), settings.clients, &items));
+    let (samples, sampling, t0) = (Arc::new(Samples::default()), Arc::new(AtomicBool::new(false)), Instant::now());
+    for (d, base) in [door.url(""), plain_url].into_iter().enumerate() {
+        tasks.extend(samples.start(d, samplers::plain_clients(), format!("{base}{SAMPLED}"), None, t0, sampling.clone()));
+    }
 
     let steps: Vec<&str> = vec![
         "steady: 3 × v1.30",
@@ -287,6 +302,7 @@ pub async fn run(settings: Settings) -> Result<Report> {
         phases.push(Phase { name: name.to_string(), tallies, rss_kib: rss, took: started.elapsed() });
     }
     load.stop.store(true, Ordering::Relaxed);
+    sampling.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
     }
@@ -295,5 +311,7 @@ pub async fn run(settings: Settings) -> Result<Report> {
         last.tallies = t.clone();
     }
     plain.kill();
-    Ok(Report { settings, phases })
+    let disruption = [samples.disruption(0), samples.disruption(1)];
+    let sampled = [samples.taken(0), samples.taken(1)];
+    Ok(Report { settings, phases, disruption, sampled })
 }

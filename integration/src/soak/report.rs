@@ -28,6 +28,8 @@ pub fn render(r: &Report) -> String {
         let total = r.total(d);
         let cells: Vec<String> = COLUMNS.iter().map(|c| format!("**{}**", total.get(c))).collect();
         let _ = writeln!(out, "| **whole upgrade** | **{}** | {} |\n", total.total(), cells.join(" | "));
+        let [any, fresh, reused] = r.disruption[d];
+        let _ = writeln!(out, "{door}: **{any} disruption seconds** ({fresh} on new connections, {reused} on reused ones; {} samples at 1 Hz).\n", r.sampled[d]);
         if !total.samples.is_empty() {
             let _ = writeln!(out, "{door}: wrong 404s and other answers, by kind:\n");
             let mut samples: Vec<_> = total.samples.iter().collect();
