@@ -135,9 +135,13 @@ impl ServerState {
     /// `/readyz` answered (a failure status) — it is shutting down and
     /// still serving; otherwise it is unreachable or hung.
     pub fn not_ready(&mut self, error: String, answering: bool, now: Instant) {
-        if answering {
+        // Draining only when it was ready: a server still starting answers
+        // `/readyz` with a failure too, and may not serve yet what it will
+        // (a starting kube-apiserver can answer 404 for a CRD whose handler
+        // is not installed yet) — it is never a last resort.
+        if answering && (self.ready || self.draining_since.is_some()) {
             self.draining_since.get_or_insert(now);
-        } else {
+        } else if !answering {
             self.draining_since = None;
         }
         self.ready = false;
@@ -157,9 +161,11 @@ impl ServerState {
         self.ready = false;
     }
 
-    /// A source says it restarted (or moved): closed until read again.
+    /// A source says it restarted (or moved): closed until read again, and
+    /// not draining (a new process may still be starting).
     pub fn restarted(&mut self) {
         self.current = false;
+        self.draining_since = None;
     }
 
     /// A read that found `view`. The same `Arc` (nothing changed, the usual
@@ -255,5 +261,39 @@ mod tests {
         s.restored(super::super::persist::Stored { view: view(caps.clone()), openapi: None });
         assert!(!s.healthy);
         assert_eq!(s.view.as_deref(), Some(&view(caps)));
+    }
+
+    /// Only a server that was ready is draining when its `/readyz` fails:
+    /// one still starting is not a last resort (it may answer 404 for what
+    /// it will serve); one that stops answering, or restarted, is not
+    /// draining any more.
+    #[test]
+    fn draining_is_a_ready_server_shutting_down_not_one_starting() {
+        let t0 = Instant::now();
+        let retention = Duration::from_secs(600);
+        let mut starting = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
+        starting.not_ready("/readyz: 500".into(), true, t0);
+        starting.set_open(false, t0, retention);
+        assert!(!starting.draining, "starting, not draining");
+
+        let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
+        s.succeeded(Arc::new(view(Capabilities::default())), t0);
+        s.not_ready("/readyz: 500".into(), true, t0);
+        s.set_open(false, t0, retention);
+        assert!(s.draining);
+        s.not_ready("/readyz: 500".into(), true, t0 + Duration::from_secs(1));
+        s.set_open(false, t0 + Duration::from_secs(1), retention);
+        assert!(s.draining, "still draining");
+        s.set_open(false, t0 + LAST_RESORT_FOR, retention);
+        assert!(!s.draining, "a last resort for at most LAST_RESORT_FOR");
+
+        let mut gone = s.clone();
+        gone.not_ready("connection refused".into(), false, t0);
+        gone.set_open(false, t0, retention);
+        assert!(!gone.draining);
+        let mut restarted = s.clone();
+        restarted.restarted();
+        restarted.set_open(false, t0, retention);
+        assert!(!restarted.draining);
     }
 }
