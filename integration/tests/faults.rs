@@ -346,3 +346,38 @@ async fn reads_failed_before_an_answer_go_to_another_server_writes_never_do() {
     assert_eq!(sent, 30, "a write was sent again: {answers:?}");
     assert!(answers.keys().all(|s| [200, 429, 503].contains(s)), "{answers:?}");
 }
+
+/// mvp-ext-proc restarted onto a corrupt state file (a disk error, a
+/// person's edit): it starts without it — every apiserver read afresh,
+/// every API answering — keeps the bad file aside as `<file>.unusable`
+/// rather than overwriting it, and writes a good one again.
+#[tokio::test]
+async fn a_restart_onto_a_corrupt_state_file_starts_clean_and_keeps_the_file() {
+    let mut door = FrontDoor::start(&three(), Options::default()).await.unwrap();
+    let state_file = door.dir.path().join("mvp-ext-proc-state.json");
+    wait_for("the state file", Duration::from_secs(10), || {
+        let written = state_file.exists();
+        async move { written.then_some(()) }
+    })
+    .await
+    .unwrap();
+    door.ext_proc.kill();
+    std::fs::write(&state_file, b"{\"apiservers\": {\"v130\": tru").unwrap();
+    door.restart_ext_proc().await.unwrap();
+    let all_open = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["open"] == true));
+    door.wait_table_published(all_open).await.unwrap();
+    for (path, by) in PATHS {
+        let (status, v) = door.get_json(&door.http, path).await.unwrap();
+        assert!(status == 200 && by.contains(&served_by(&v)), "{path}: {status} {v}");
+    }
+    let aside = door.dir.path().join("mvp-ext-proc-state.json.unusable");
+    assert_eq!(std::fs::read(&aside).unwrap(), b"{\"apiservers\": {\"v130\": tru", "the bad file kept aside");
+    wait_for("a good state file again", Duration::from_secs(10), || {
+        let good = std::fs::read_to_string(&state_file).is_ok_and(|s| s.contains("\"format\":1") && s.contains("v137"));
+        async move { good.then_some(()) }
+    })
+    .await
+    .unwrap();
+    let log = std::fs::read_to_string(&door.ext_proc.log).unwrap();
+    assert!(log.contains("not a state file") && log.contains(".unusable"), "{log}");
+}
