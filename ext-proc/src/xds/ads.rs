@@ -12,8 +12,7 @@
 //! Envoy re-subscribes a changed cluster's endpoints with names it already
 //! has, and would otherwise wait for them.
 
-use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,62 +28,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::accepted::{ACK_GRACE, Accepted, Streams};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
 use crate::metrics::Metrics;
 use crate::stopping::Stopping;
-
-/// The endpoint addresses every connected Envoy has accepted. With no
-/// Envoy connected, nothing constrains (an Envoy that connects later loads
-/// its endpoints before it serves; one connected to another mvp-ext-proc
-/// gets the same endpoints from the same membership).
-///
-/// One broken Envoy must not hold the others: a stream that subscribes
-/// with the current endpoints' version already has them (a reconnect, an
-/// mvp-ext-proc restart: versions are content digests); one that leaves an
-/// endpoint push unacknowledged for [`ACK_GRACE`], or rejects it, stops
-/// counting until it acknowledges one (logged, `mvp_xds_lagging_streams`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Accepted {
-    pub streams: usize,
-    pub addresses: BTreeSet<SocketAddr>,
-    /// Since when no stream has counted (the start, or the last one gone).
-    pub quiet_since: tokio::time::Instant,
-}
-
-impl Default for Accepted {
-    fn default() -> Self {
-        Accepted { streams: 0, addresses: BTreeSet::new(), quiet_since: tokio::time::Instant::now() }
-    }
-}
-
-impl Accepted {
-    /// Whether every Envoy that routes by this process's tables has an
-    /// endpoint for `a`. With no stream, only once none has been for
-    /// [`ACK_GRACE`]: an Envoy reconnecting (after its stream broke, or
-    /// after this process restarted) polls tables before its ADS stream is
-    /// back, and an override host it does not have falls back to round
-    /// robin — another server's 404 for an API only `a` serves.
-    pub fn covers(&self, a: &SocketAddr, now: tokio::time::Instant) -> bool {
-        if self.streams == 0 {
-            return now.duration_since(self.quiet_since) >= ACK_GRACE;
-        }
-        self.addresses.contains(a)
-    }
-}
-
-/// How long an Envoy may leave an endpoint push unacknowledged before
-/// joining members stop waiting for it (Envoy ACKs in milliseconds; a
-/// frozen one is dropped by the gRPC keepalive after 15 s).
-pub const ACK_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
-
-#[derive(Default)]
-struct Streams {
-    /// Per stream that subscribed to endpoints: the addresses of the
-    /// endpoints it last ACKed.
-    acked: HashMap<u64, BTreeSet<SocketAddr>>,
-    /// Streams past the grace or rejecting: not counted.
-    lagging: std::collections::HashSet<u64>,
-}
 
 #[derive(Clone)]
 pub struct AdsServer {
@@ -124,18 +71,8 @@ impl AdsServer {
     fn update_accepted(&self, f: impl FnOnce(&mut Streams)) {
         let mut s = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut s);
-        let lagging = &s.lagging;
-        let counted: Vec<&BTreeSet<SocketAddr>> = s.acked.iter().filter(|(id, _)| !lagging.contains(id)).map(|(_, a)| a).collect();
-        let addresses = match counted.split_first() {
-            None => BTreeSet::new(),
-            Some((first, rest)) => rest.iter().fold((*first).clone(), |acc, s| acc.intersection(s).copied().collect()),
-        };
         self.accepted.send_if_modified(|cur| {
-            let quiet_since = match (cur.streams, counted.len()) {
-                (_, 0) if cur.streams > 0 => tokio::time::Instant::now(),
-                _ => cur.quiet_since,
-            };
-            let next = Accepted { streams: counted.len(), addresses, quiet_since };
+            let next = s.accepted(cur);
             let changed = *cur != next;
             *cur = next;
             changed
@@ -393,26 +330,5 @@ impl AggregatedDiscoveryService for AdsServer {
 
     async fn delta_aggregated_resources(&self, _: Request<Streaming<DeltaDiscoveryRequest>>) -> Result<Response<DeltaStream>, Status> {
         Err(Status::unimplemented("mvp-ext-proc serves state-of-the-world ADS (api_type GRPC), not delta"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// No Envoy connected: a joining member's address counts as known only
-    /// after the grace (an Envoy may be reconnecting); with one connected,
-    /// only what it acknowledged counts.
-    #[test]
-    fn with_no_stream_an_address_is_known_only_after_the_grace() {
-        let a: SocketAddr = "10.0.0.1:6443".parse().unwrap();
-        let quiet = Accepted::default();
-        let t = quiet.quiet_since;
-        assert!(!quiet.covers(&a, t));
-        assert!(!quiet.covers(&a, t + ACK_GRACE / 2));
-        assert!(quiet.covers(&a, t + ACK_GRACE));
-        let one = Accepted { streams: 1, addresses: [a].into(), quiet_since: t };
-        assert!(one.covers(&a, t));
-        assert!(!one.covers(&"10.0.0.2:6443".parse().unwrap(), t + ACK_GRACE * 10));
     }
 }

@@ -14,6 +14,7 @@
 //! the same version across mvp-ext-proc restarts, so a reconnecting Envoy
 //! changes nothing.
 
+pub mod accepted;
 pub mod ads;
 pub mod clusters;
 pub mod endpoints;
@@ -28,7 +29,8 @@ use envoy_types::util::pack_any;
 use prost::{Message, Name};
 use sha2::{Digest, Sha256};
 
-pub use ads::{Accepted, AdsServer};
+pub use accepted::Accepted;
+pub use ads::AdsServer;
 pub use clusters::ClusterOptions;
 pub use endpoints::EndpointMember;
 
