@@ -13,11 +13,23 @@ pub const MAX_LISTED_APISERVERS: usize = 8;
 /// 5,000-resource table is ~85 KiB).
 pub const MAX_TABLE_BYTES: usize = 16 << 20;
 
-/// How long the refresher waits for one `GetTable` answer.
+/// How long the refresher waits for one `GetTable` answer, beyond the time it
+/// lets the server hold the call.
 pub const GET_TABLE_TIMEOUT_MS: u32 = 2000;
 
-/// Default interval of the refresher's `GetTable` polls.
+/// Default interval of the refresher's `GetTable` polls: how often it asks
+/// when the last call failed or the server cannot hold calls.
 pub const DEFAULT_TABLE_POLL_MS: u32 = 200;
+
+/// How long the refresher lets mvp-ext-proc hold a `GetTable` call when there
+/// is no newer table (a long poll): a new table is answered the moment it is
+/// published. Short enough that a call through a half-dead connection is
+/// given up and retried within seconds of this; well inside Envoy's idle and
+/// gRPC keepalive timeouts.
+pub const DEFAULT_TABLE_WAIT_MS: u32 = 20_000;
+
+/// The longest a server holds one `GetTable` call, whatever the caller asks.
+pub const MAX_TABLE_WAIT_MS: u32 = 60_000;
 
 /// How much of a request body Envoy keeps to resend it to another apiserver
 /// when the first cannot be reached. kube-apiserver rejects bodies above

@@ -48,8 +48,15 @@ pub struct RefresherConfig {
     pub cluster: String,
     #[serde(default = "default_authority")]
     pub authority: String,
+    /// How often to ask when the last call failed or the server answers at
+    /// once (one that predates the long poll).
     #[serde(default = "default_poll_ms")]
     pub poll_interval_ms: u32,
+    /// How long mvp-ext-proc may hold a call for a newer table (a long
+    /// poll); 0 polls.
+    #[serde(default = "default_wait_ms")]
+    pub wait_ms: u32,
+    /// How long an answer may take beyond `wait_ms`.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u32,
 }
@@ -66,6 +73,7 @@ impl Default for RefresherConfig {
             cluster: default_cluster(),
             authority: default_authority(),
             poll_interval_ms: default_poll_ms(),
+            wait_ms: default_wait_ms(),
             timeout_ms: default_timeout_ms(),
         }
     }
@@ -82,6 +90,9 @@ fn default_authority() -> String {
 }
 fn default_poll_ms() -> u32 {
     limits::DEFAULT_TABLE_POLL_MS
+}
+fn default_wait_ms() -> u32 {
+    limits::DEFAULT_TABLE_WAIT_MS
 }
 fn default_timeout_ms() -> u32 {
     limits::GET_TABLE_TIMEOUT_MS
@@ -152,6 +163,7 @@ mod tests {
                 cluster: "mvp_ext_proc".into(),
                 authority: "mvp-ext-proc".into(),
                 poll_interval_ms: 200,
+                wait_ms: 20_000,
                 timeout_ms: 2000
             })
         );
@@ -182,6 +194,7 @@ mod tests {
             }),
             PluginConfig::Router(RouterConfig { export_route_key: true, ..RouterConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { poll_interval_ms: 100, ..RefresherConfig::default() }),
+            PluginConfig::Refresher(RefresherConfig { wait_ms: 0, ..RefresherConfig::default() }),
         ] {
             assert_eq!(PluginConfig::parse(c.to_json().as_bytes()).unwrap(), c);
         }

@@ -216,7 +216,10 @@ struct EnvoyConfigArgs {
     /// path, code, flags, upstream, the filter's route list and key, user).
     #[arg(long, value_enum, default_value_t = AccessLog::Stdout)]
     access_log: AccessLog,
-    /// How often Envoy's refresher asks mvp-ext-proc for a newer table.
+    /// How often Envoy's refresher asks mvp-ext-proc for a table when its
+    /// last call failed. Otherwise it long-polls: mvp-ext-proc holds each
+    /// call until it publishes a newer table, so a table reaches Envoy the
+    /// moment it exists.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     table_poll_interval: Duration,
     /// Serving certificate of the front door; with --tls-private-key-file,

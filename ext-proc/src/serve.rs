@@ -128,7 +128,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .add_service(ads.service())
-        .add_service(table_service::TableService::server(published.table.clone(), metrics.clone()))
+        .add_service(table_service::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
     tokio::spawn(stop.on_signal());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));

@@ -1,6 +1,14 @@
 //! table → publish: serves `mvp.routing.v1.RoutingTableService` to the wasm
 //! refresher in Envoy.
 //!
+//! A long poll: a refresher that holds the current table is answered when
+//! the next one is published (or after the `wait_ms` it allows), so a new
+//! table reaches every Envoy in milliseconds, not at its next poll — the
+//! window in which a server that just became ready, or a member that just
+//! opened, is not routed to yet. A held call ends at the graceful stop with
+//! `UNAVAILABLE`; the refresher asks again (the restarted process or another
+//! replica) at its poll interval.
+//!
 //! Each table version's answer is encoded once, by the first fetch that
 //! needs it, and every later fetch of that version (one per Envoy) sends the
 //! same bytes. tonic's generated server wants an owned `GetTableResponse` per
@@ -13,6 +21,7 @@
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
 use mvp_protos::routing::v1 as pb;
@@ -23,23 +32,46 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
+use crate::stopping::Stopping;
 
 const SERVICE: &str = "mvp.routing.v1.RoutingTableService";
 
 pub struct TableService {
     table: watch::Receiver<Arc<pb::RoutingTable>>,
     metrics: Arc<Metrics>,
+    stopping: Stopping,
     /// The encoded `GetTableResponse` carrying the table of that version.
     encoded: Mutex<Option<(u64, Bytes)>>,
 }
 
+/// `GetTableResponse { waited: true }`: nothing newer after the whole wait.
+const WAITED: &[u8] = &[0x10, 0x01];
+
 impl TableService {
-    pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>) -> TableServer {
-        TableServer(Arc::new(TableService { table, metrics, encoded: Mutex::new(None) }))
+    pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>, stopping: Stopping) -> TableServer {
+        TableServer(Arc::new(TableService { table, metrics, stopping, encoded: Mutex::new(None) }))
     }
 
-    /// The encoded answer to a refresher that holds `known_version`.
-    fn answer(&self, known_version: u64) -> Result<Bytes, Status> {
+    /// The encoded answer to a refresher that holds `known_version`, once
+    /// there is a newer table or `wait` has passed.
+    async fn answer(&self, known_version: u64, wait: Duration) -> Result<Bytes, Status> {
+        let wait = wait.min(Duration::from_millis(u64::from(mvp_contract::limits::MAX_TABLE_WAIT_MS)));
+        let mut table = self.table.clone();
+        let newer = |t: &pb::RoutingTable| t.version != 0 && t.version != known_version;
+        let held = tokio::time::timeout(wait, table.wait_for(|t| newer(t)));
+        let stopped = self.stopping.clone().stopped();
+        let waited = tokio::select! {
+            // Ok(Err): the publisher is gone — the process is stopping.
+            r = held => r.is_err(),
+            () = stopped => {
+                self.metrics.table_request("unavailable");
+                return Err(Status::unavailable("stopping: ask again"));
+            }
+        };
+        self.encoded_answer(known_version, waited && !wait.is_zero())
+    }
+
+    fn encoded_answer(&self, known_version: u64, waited: bool) -> Result<Bytes, Status> {
         let current = self.table.borrow().clone();
         if current.version == 0 {
             self.metrics.table_request("unavailable");
@@ -47,8 +79,8 @@ impl TableService {
         }
         if known_version == current.version {
             self.metrics.table_request("current");
-            // `table` unset: an empty message.
-            return Ok(Bytes::new());
+            // `table` unset: an empty message, or `waited` alone.
+            return Ok(if waited { Bytes::from_static(WAITED) } else { Bytes::new() });
         }
         self.metrics.table_request("sent");
         // Held while encoding, so concurrent first fetches of a new version
@@ -114,8 +146,9 @@ impl UnaryService<pb::GetTableRequest> for GetTable {
     type Future = BoxFuture<Response<Bytes>, Status>;
 
     fn call(&mut self, request: Request<pb::GetTableRequest>) -> Self::Future {
-        let answer = self.0.answer(request.get_ref().known_version).map(Response::new);
-        Box::pin(async move { answer })
+        let service = self.0.clone();
+        let pb::GetTableRequest { known_version, wait_ms } = *request.get_ref();
+        Box::pin(async move { service.answer(known_version, Duration::from_millis(u64::from(wait_ms))).await.map(Response::new) })
     }
 }
 
@@ -177,24 +210,83 @@ mod tests {
     #[test]
     fn the_held_answer_is_what_prost_encodes_for_the_message() {
         let t = table(3, 40);
-        let want = pb::GetTableResponse { table: Some(t.clone()) }.encode_to_vec();
+        let want = pb::GetTableResponse { table: Some(t.clone()), waited: false }.encode_to_vec();
         assert_eq!(encode_response(&t).as_ref(), want.as_slice());
         assert_eq!(pb::GetTableResponse::default().encode_to_vec(), Vec::<u8>::new(), "a current refresher gets an empty message");
     }
 
-    #[test]
-    fn a_version_is_encoded_once_and_a_new_version_replaces_it() {
+    fn service(rx: watch::Receiver<Arc<pb::RoutingTable>>, stopping: Stopping) -> Arc<TableService> {
+        Arc::new(TableService { table: rx, metrics: Metrics::new(), stopping, encoded: Mutex::new(None) })
+    }
+
+    const NOW: Duration = Duration::ZERO;
+
+    #[tokio::test]
+    async fn a_version_is_encoded_once_and_a_new_version_replaces_it() {
         let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
-        let service = TableService { table: rx, metrics: Metrics::new(), encoded: Mutex::new(None) };
-        assert_eq!(service.answer(0).unwrap_err().code(), tonic::Code::Unavailable);
+        let service = service(rx, Stopping::never());
+        assert_eq!(service.answer(0, NOW).await.unwrap_err().code(), tonic::Code::Unavailable);
         tx.send_replace(Arc::new(table(5, 3)));
-        let first = service.answer(0).unwrap();
-        let again = service.answer(4).unwrap();
+        let first = service.answer(0, NOW).await.unwrap();
+        let again = service.answer(4, NOW).await.unwrap();
         assert_eq!(first.as_ptr(), again.as_ptr(), "the second fetch of version 5 sends the held bytes");
-        assert!(service.answer(5).unwrap().is_empty());
+        assert!(service.answer(5, NOW).await.unwrap().is_empty());
         tx.send_replace(Arc::new(table(6, 4)));
-        let next = service.answer(5).unwrap();
+        let next = service.answer(5, NOW).await.unwrap();
         assert_eq!(pb::GetTableResponse::decode(next).unwrap().table, Some(table(6, 4)));
+    }
+
+    /// The long poll: held while there is nothing newer, answered the
+    /// moment there is; `waited` after the whole wait; ended by the stop.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_call_is_answered_by_the_next_publish_or_after_the_wait() {
+        let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let (stop, stopping) = crate::stopping::Stop::new();
+        let service = service(rx, stopping);
+        let wait = Duration::from_secs(20);
+
+        // Before the first table too: the refresher gets it when it exists.
+        let first = tokio::spawn({
+            let s = service.clone();
+            async move { s.answer(0, wait).await }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!first.is_finished(), "held: there is no table yet");
+        tx.send_replace(Arc::new(table(5, 1)));
+        let got = first.await.unwrap().unwrap();
+        assert_eq!(pb::GetTableResponse::decode(got).unwrap().table, Some(table(5, 1)));
+
+        let started = tokio::time::Instant::now();
+        let held = tokio::spawn({
+            let s = service.clone();
+            async move { s.answer(5, wait).await }
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // The same version again (a rebuild with equal content) is nothing new.
+        tx.send_replace(Arc::new(table(5, 1)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!held.is_finished());
+        tx.send_replace(Arc::new(table(6, 2)));
+        let got = held.await.unwrap().unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(4), "answered at the publish");
+        assert_eq!(pb::GetTableResponse::decode(got).unwrap().table, Some(table(6, 2)));
+
+        let started = tokio::time::Instant::now();
+        let waited = pb::GetTableResponse::decode(service.answer(6, wait).await.unwrap()).unwrap();
+        assert_eq!(started.elapsed(), wait);
+        assert_eq!(waited, pb::GetTableResponse { table: None, waited: true });
+        let capped = tokio::time::Instant::now();
+        service.answer(6, Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(capped.elapsed(), Duration::from_millis(u64::from(mvp_contract::limits::MAX_TABLE_WAIT_MS)));
+        assert!(service.answer(6, NOW).await.unwrap().is_empty(), "no wait asked: not `waited`");
+
+        let held = tokio::spawn({
+            let s = service.clone();
+            async move { s.answer(6, wait).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.stop();
+        assert_eq!(held.await.unwrap().unwrap_err().code(), tonic::Code::Unavailable, "the stop ends a held call");
     }
 
     /// Through tonic's client, as `ext-proc-router` and any gRPC client
@@ -205,26 +297,26 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tonic::transport::Server::builder()
-            .add_service(TableService::server(rx, Metrics::new()))
+            .add_service(TableService::server(rx, Metrics::new(), Stopping::never()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
         tokio::spawn(server);
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
         let mut client = RoutingTableServiceClient::new(channel);
-        let err = client.get_table(pb::GetTableRequest { known_version: 0 }).await.unwrap_err();
+        let err = client.get_table(pb::GetTableRequest { known_version: 0, wait_ms: 0 }).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::Unavailable);
         assert!(err.message().contains("first discovery round"), "{err:?}");
 
         tx.send_replace(Arc::new(table(9, 1000)));
-        let got = client.get_table(pb::GetTableRequest { known_version: 0 }).await.unwrap().into_inner();
+        let got = client.get_table(pb::GetTableRequest { known_version: 0, wait_ms: 0 }).await.unwrap().into_inner();
         assert_eq!(got.table, Some(table(9, 1000)));
-        let current = client.get_table(pb::GetTableRequest { known_version: 9 }).await.unwrap().into_inner();
+        let current = client.get_table(pb::GetTableRequest { known_version: 9, wait_ms: 0 }).await.unwrap().into_inner();
         assert_eq!(current.table, None);
 
         // Larger than the refresher accepts: an error, not a cut message.
         let mut huge = table(10, 1);
         huge.groups[0].group = "x".repeat(mvp_contract::limits::MAX_TABLE_BYTES);
         tx.send_replace(Arc::new(huge));
-        let err = client.get_table(pb::GetTableRequest { known_version: 9 }).await.unwrap_err();
+        let err = client.get_table(pb::GetTableRequest { known_version: 9, wait_ms: 0 }).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
         assert!(err.message().contains("too large"), "{err:?}");
     }

@@ -248,6 +248,38 @@ async fn discovery_change_is_routed_within_one_refresh_interval() {
     eprintln!("discovery change routed after {elapsed:?} (refresh interval {refresh:?})");
 }
 
+/// The refresher long-polls: a new table reaches Envoy when mvp-ext-proc
+/// publishes it, not at the refresher's next poll. With polls 10 minutes
+/// apart, a discovery change is routed within seconds (before the long
+/// poll: at the next poll, minutes later).
+#[tokio::test]
+async fn a_published_table_reaches_envoy_without_waiting_for_a_poll() {
+    fn poll_every_ten_minutes(yaml: String) -> String {
+        let key = r#""poll_interval_ms":"#;
+        let at = yaml.find(key).expect("the rendered refresher configuration has a poll interval") + key.len();
+        let end = at + yaml[at..].find(',').expect("more fields follow it");
+        format!("{}600000{}", &yaml[..at], &yaml[end..])
+    }
+    let refresh = Duration::from_millis(500);
+    let options = Options { refresh_interval: refresh, edit_config: Some(poll_every_ten_minutes), ..Options::default() };
+    let door = FrontDoor::start(&three(), options).await.unwrap();
+    let evictions = "/apis/lifecycle.k8s.io/v1alpha1/evictionrequests";
+    for _ in 0..3 {
+        let (status, v) = door.get_json(&door.http, evictions).await.unwrap();
+        assert_eq!((status, served_by(&v)), (200, "v137"));
+    }
+    let resp = door.http.post(format!("{}/__fake/release?name=v1.37", door.fake("v130").url())).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let changed = Instant::now();
+    wait_for("v130 to serve lifecycle.k8s.io through the front door", Duration::from_secs(10), || async {
+        let (_, v) = door.get_json(&door.http, evictions).await.ok()?;
+        (served_by(&v) == "v130").then_some(())
+    })
+    .await
+    .unwrap();
+    eprintln!("discovery change routed after {:?} (refresh interval {refresh:?}, table polls 10 min apart)", changed.elapsed());
+}
+
 /// Routing and identity headers from clients never reach an apiserver, and
 /// a client cannot pick the upstream.
 #[tokio::test]

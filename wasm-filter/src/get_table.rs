@@ -24,9 +24,10 @@ pub fn request_headers(authority: &str) -> [(&str, &str); 5] {
     ]
 }
 
-/// One uncompressed gRPC message frame holding the request.
-pub fn request_body(known_version: u64) -> Vec<u8> {
-    let msg = pb::GetTableRequest { known_version }.encode_to_vec();
+/// One uncompressed gRPC message frame holding the request: the version
+/// held and how long the server may hold the call for a newer one.
+pub fn request_body(known_version: u64, wait_ms: u32) -> Vec<u8> {
+    let msg = pb::GetTableRequest { known_version, wait_ms }.encode_to_vec();
     let mut out = Vec::with_capacity(5 + msg.len());
     out.push(0);
     out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
@@ -62,15 +63,24 @@ pub struct NewTable {
     pub encoded: Vec<u8>,
 }
 
-/// Interprets a GetTable response. `Ok(None)` means the caller's table is
-/// current. A table is only returned after it indexed cleanly, so workers
-/// never see one they would reject.
+/// What a successful GetTable call answered.
+#[derive(Debug)]
+pub enum Answer {
+    New(NewTable),
+    /// The caller's table is current. `waited`: the server held the call
+    /// for the whole wait (it long-polls), so asking again at once is not a
+    /// busy loop.
+    Current { waited: bool },
+}
+
+/// Interprets a GetTable response. A table is only returned after it
+/// indexed cleanly, so workers never see one they would reject.
 pub fn parse_response(
     http_status: Option<&[u8]>,
     grpc_status: Option<&[u8]>,
     grpc_message: Option<&[u8]>,
     body: &[u8],
-) -> Result<Option<NewTable>, GetTableError> {
+) -> Result<Answer, GetTableError> {
     let lossy = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or(b"")).into_owned();
     if http_status != Some(b"200") {
         return Err(GetTableError::HttpStatus(lossy(http_status)));
@@ -94,10 +104,10 @@ pub fn parse_response(
     }
     let resp = pb::GetTableResponse::decode(msg).map_err(GetTableError::Decode)?;
     let Some(table) = resp.table else {
-        return Ok(None);
+        return Ok(Answer::Current { waited: resp.waited });
     };
     RouteTable::from_proto(&table).map_err(GetTableError::Table)?;
-    Ok(Some(NewTable {
+    Ok(Answer::New(NewTable {
         version: table.version,
         encoded: table.encode_to_vec(),
     }))

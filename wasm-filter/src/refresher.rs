@@ -1,6 +1,13 @@
 //! The `refresher` role: a singleton on Envoy's main thread that asks
-//! mvp-ext-proc for a newer routing table every poll interval and publishes
-//! it to the workers through shared data.
+//! mvp-ext-proc for a newer routing table and publishes it to the workers
+//! through shared data.
+//!
+//! A long poll: each call lets mvp-ext-proc hold it until a newer table is
+//! published (up to `wait_ms`), and once it is answered — with a table, or
+//! after the whole wait with none — the next call goes out at once, so a
+//! table reaches the workers the moment it exists. After a failure, or from
+//! a server that answers at once (one that predates the long poll), the
+//! next call waits for the poll interval's tick: never a busy loop.
 //!
 //! Host-independent: the adapter makes the call it asks for and hands it the
 //! answer.
@@ -9,7 +16,7 @@ use std::time::Duration;
 
 use mvp_contract::plugin::RefresherConfig;
 
-use crate::get_table;
+use crate::get_table::{self, Answer};
 use crate::host::{Counter, Host, LogLevel};
 use crate::shared_table;
 
@@ -17,6 +24,15 @@ pub struct Refresher {
     config: RefresherConfig,
     known_version: u64,
     in_flight: bool,
+}
+
+/// When the adapter should make the next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// At once: the server long-polls and the caller holds the newest table.
+    Now,
+    /// At the next tick of the poll interval.
+    Tick,
 }
 
 /// One `GetTable` call for the adapter to dispatch.
@@ -50,8 +66,8 @@ impl Refresher {
         Some(Call {
             cluster: self.config.cluster.clone(),
             authority: self.config.authority.clone(),
-            body: get_table::request_body(self.known_version),
-            timeout: Duration::from_millis(u64::from(self.config.timeout_ms)),
+            body: get_table::request_body(self.known_version, self.config.wait_ms),
+            timeout: Duration::from_millis(u64::from(self.config.wait_ms) + u64::from(self.config.timeout_ms)),
         })
     }
 
@@ -69,8 +85,9 @@ impl Refresher {
         }
     }
 
-    /// The call's answer (or its failure: no status, no body).
-    pub fn on_response<H: Host>(&mut self, host: &H) {
+    /// The call's answer (or its failure: no status, no body), and when to
+    /// make the next call.
+    pub fn on_response<H: Host>(&mut self, host: &H) -> Next {
         self.in_flight = false;
         // A trailers-only gRPC reply carries grpc-status in the headers.
         let header_or_trailer = |name| host.call_response_trailer(name).or_else(|| host.call_response_header(name));
@@ -79,21 +96,29 @@ impl Refresher {
         let grpc_message = header_or_trailer("grpc-message");
         let body = host.call_response_body(get_table::MAX_TABLE_BYTES + 5);
         let parsed = get_table::parse_response(status.as_deref(), grpc_status.as_deref(), grpc_message.as_deref(), &body);
+        let long_poll = self.config.wait_ms > 0;
         match parsed {
-            Ok(None) => {}
-            Ok(Some(t)) => match shared_table::publish(host, &t) {
+            Ok(Answer::Current { waited }) if waited && long_poll => Next::Now,
+            Ok(Answer::Current { .. }) => Next::Tick,
+            Ok(Answer::New(t)) => match shared_table::publish(host, &t) {
                 Ok(()) => {
                     self.known_version = t.version;
                     host.log(LogLevel::Info, &format!("mvp refresher: published routing table {:016x}", t.version));
+                    // Asking again with the new version is held by a
+                    // long-polling server and answered "current" at once by
+                    // an old one — which `waited` then tells apart.
+                    if long_poll { Next::Now } else { Next::Tick }
                 }
                 Err(e) => {
                     host.count(Counter::RefresherErrors, 1);
                     host.log(LogLevel::Warn, &format!("mvp refresher: writing shared data: {e}"));
+                    Next::Tick
                 }
             },
             Err(e) => {
                 host.count(Counter::RefresherErrors, 1);
                 host.log(LogLevel::Warn, &format!("mvp refresher: {e}"));
+                Next::Tick
             }
         }
     }

@@ -33,6 +33,13 @@ pub fn ext_proc(at: Address) -> Value {
         "dns_lookup_family": "V4_PREFERRED",
         "connect_timeout": "1s",
         "load_assignment": {"cluster_name": EXT_PROC_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}]},
-        "typed_extension_protocol_options": protocol(json!({"http2_protocol_options": {}})),
+        // HTTP/2 keepalive from Envoy's side too: a held `GetTable` long
+        // poll or ADS stream on a connection to an mvp-ext-proc that vanished
+        // without a reset (its machine powered off, a partition) is given up
+        // within interval + timeout and asked again, not after the poll's
+        // whole wait or when TCP gives up.
+        "typed_extension_protocol_options": protocol(json!({"http2_protocol_options": {
+            "connection_keepalive": {"interval": "10s", "timeout": "5s"},
+        }})),
     })
 }

@@ -264,16 +264,28 @@ pub async fn run(settings: Settings) -> Result<Results> {
     drop(comparisons);
     drop(doors);
 
-    // Propagation: discovery change → every worker routes by it.
+    // Propagation: discovery change → every worker routes by it; the same
+    // changes seen by an Envoy whose refresher long-polls (the product) and
+    // one whose refresher polls every 200 ms (before the long poll).
     if let Some((backend, table, _)) = backends.first().filter(|_| settings.front_door) {
-        let (listen, admin) = two_ports();
-        let config = Variant::Wasm.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
-        let envoy = backend.envoy("propagation", &config, listen, admin, 2, true).await?;
-        let samples = propagation::propagation(backend, table, listen, settings.propagation_changes).await?;
-        drop(envoy);
-        memory.insert("propagation_samples".into(), samples.len() as f64);
-        memory.insert("propagation_p50_ms".into(), percentile(&samples, 50.0));
-        memory.insert("propagation_p99_ms".into(), percentile(&samples, 99.0));
+        let mut envoys = Vec::new();
+        let mut listens = Vec::new();
+        for (name, long_poll) in [("propagation", true), ("propagation-polling", false)] {
+            let (listen, admin) = two_ports();
+            let mut config = Variant::Wasm.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
+            if !long_poll {
+                variants::poll_tables(&mut config)?;
+            }
+            envoys.push(backend.envoy(name, &config, listen, admin, 2, true).await?);
+            listens.push(listen);
+        }
+        let samples = propagation::propagation(backend, table, &listens, settings.propagation_changes).await?;
+        drop(envoys);
+        for (prefix, s) in ["propagation", "propagation_polling"].iter().zip(&samples) {
+            memory.insert(format!("{prefix}_samples"), s.len() as f64);
+            memory.insert(format!("{prefix}_p50_ms"), percentile(s, 50.0));
+            memory.insert(format!("{prefix}_p99_ms"), percentile(s, 99.0));
+        }
     }
     let instructions = match &settings.count {
         Some(plan) => instructions::count_doors(dir.path(), &backends, plan, settings.smoke).await?,

@@ -9,12 +9,13 @@ use super::backend::{Backend, wait_routed};
 
 /// Changes one apiserver's discovery (a new group only it serves) and times
 /// until requests on fresh connections — spread over both workers — are
-/// all routed by the new table.
-pub(super) async fn propagation(backend: &Backend, table: &api_set::ApiSet, listen: u16, changes: usize) -> Result<Vec<f64>> {
+/// all routed by the new table, on each of `listens` (Envoys that differ in
+/// how they get tables) for the same change: the samples are paired.
+pub(super) async fn propagation(backend: &Backend, table: &api_set::ApiSet, listens: &[u16], changes: usize) -> Result<Vec<Vec<f64>>> {
     let fresh = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build()?;
     let only = table.servers.last().cloned().unwrap_or_default();
     let addr = backend.address(&only);
-    let mut samples = Vec::new();
+    let mut samples = vec![Vec::new(); listens.len()];
     let interval = backend.refresh;
     for i in 0..changes {
         // Changes land at a random point of the refresh cycle, as real ones
@@ -26,9 +27,17 @@ pub(super) async fn propagation(backend: &Backend, table: &api_set::ApiSet, list
         let doc = table.apis_with_extra_group(&only, &group);
         let started = Instant::now();
         backend.http.post(format!("http://{addr}/__bench/apis")).body(serde_json::to_vec(&doc)?).send().await?;
-        let url = format!("http://127.0.0.1:{listen}/apis/{group}/v1/namespaces/default/things/x");
-        wait_routed(&fresh, &url, &addr).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        let routed = listens.iter().map(|listen| {
+            let url = format!("http://127.0.0.1:{listen}/apis/{group}/v1/namespaces/default/things/x");
+            let (fresh, addr) = (&fresh, &addr);
+            async move {
+                wait_routed(fresh, &url, addr).await?;
+                anyhow::Ok(started.elapsed().as_secs_f64() * 1000.0)
+            }
+        });
+        for (door, ms) in samples.iter_mut().zip(futures::future::try_join_all(routed).await?) {
+            door.push(ms);
+        }
     }
     Ok(samples)
 }

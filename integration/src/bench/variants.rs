@@ -246,6 +246,16 @@ pub fn ext_proc_to_pass_through(config: &mut Value, port: u16) -> Result<()> {
     Ok(())
 }
 
+/// The refresher as it was before the long poll: a `GetTable` every poll
+/// interval, answered at once (propagation's comparison).
+pub fn poll_tables(config: &mut Value) -> Result<()> {
+    let value = &mut config["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]["value"];
+    let mut refresher: Value = serde_json::from_str(value.as_str().context("the refresher's configuration")?)?;
+    refresher["wait_ms"] = json!(0);
+    *value = json!(refresher.to_string());
+    Ok(())
+}
+
 /// Variant (8): the Lua routing floor, (7)'s work in Lua.
 const LUA_ROUTING_FLOOR: &str = r#"
 function envoy_on_request(handle)

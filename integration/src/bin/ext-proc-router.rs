@@ -96,7 +96,7 @@ impl Router {
             let channel = tonic::transport::Endpoint::from_shared(format!("http://{from}")).map(|e| e.connect_lazy());
             if let Ok(channel) = channel {
                 let mut client = pb::routing_table_service_client::RoutingTableServiceClient::new(channel);
-                while let Ok(resp) = client.get_table(pb::GetTableRequest { known_version: known }).await {
+                while let Ok(resp) = client.get_table(pb::GetTableRequest { known_version: known, wait_ms: 0 }).await {
                     if let Some(t) = resp.into_inner().table
                         && let Ok(indexed) = RouteTable::from_proto(&t)
                     {

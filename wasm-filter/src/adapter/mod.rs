@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use mvp_contract::plugin::PluginConfig;
 
 use crate::host::{Host, LogLevel as Level};
-use crate::refresher::Refresher;
+use crate::refresher::{Next, Refresher};
 use crate::router::{FLUSH_MS, Router};
 use abi::AbiHost;
 
@@ -137,18 +137,23 @@ impl Vm {
         let Some(Root { role, host }) = self.root(id) else { return };
         match role {
             Role::Router(r) => r.flush(host),
-            Role::Refresher(r) => {
-                if let Some(call) = r.next_call() {
-                    let sent = abi::http_call(&call.cluster, &call.headers(), &call.body, call.timeout).map(|_| ()).map_err(|e| e.to_string());
-                    r.dispatched(host, sent);
-                }
-            }
+            Role::Refresher(r) => call_for_table(r, host),
         }
     }
 
     fn http_call_response(&mut self, id: u32) {
-        if let Some(Root { role: Role::Refresher(r), host }) = self.root(id) {
-            r.on_response(host);
+        if let Some(Root { role: Role::Refresher(r), host }) = self.root(id)
+            && r.on_response(host) == Next::Now
+        {
+            call_for_table(r, host);
         }
+    }
+}
+
+/// Makes the refresher's next `GetTable` call, unless one is in flight.
+fn call_for_table(r: &mut Refresher, host: &AbiHost) {
+    if let Some(call) = r.next_call() {
+        let sent = abi::http_call(&call.cluster, &call.headers(), &call.body, call.timeout).map(|_| ()).map_err(|e| e.to_string());
+        r.dispatched(host, sent);
     }
 }
