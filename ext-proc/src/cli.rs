@@ -206,9 +206,11 @@ struct EnvoyConfigArgs {
     #[arg(long, value_name = "PATH")]
     wasm: String,
     /// mvp-ext-proc's --grpc-listen address as Envoy reaches it: IP:PORT,
-    /// HOST:PORT, or unix:/PATH.
-    #[arg(long, value_name = "HOST:PORT|unix:/PATH")]
-    ext_proc: String,
+    /// HOST:PORT, or unix:/PATH. Repeat it for replicas, the preferred one
+    /// first (e.g. the one on the same node): Envoy uses the first healthy
+    /// one for everything and fails over to the next.
+    #[arg(long, value_name = "HOST:PORT|unix:/PATH", required = true)]
+    ext_proc: Vec<String>,
     /// Envoy admin address.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
     admin: SocketAddr,

@@ -19,6 +19,7 @@
 //!   v3 index) → [`rewrite`].
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
+//! - Replicas: [`grpc_health`] tells Envoy which mvp-ext-proc can answer.
 //! - Operators: [`admin`] (`/` the [`status_page`], `/metrics`, `/healthz`,
 //!   `/readyz`, `/table`, `/debug/route` = [`explain`]) over [`metrics`].
 //! - [`cli`] turns flags into options; [`serve`] wires the processes;
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod discover;
 pub mod envoy_config;
 pub mod explain;
+pub mod grpc_health;
 pub mod grpc_listen;
 pub mod membership;
 pub mod memory;

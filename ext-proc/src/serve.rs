@@ -124,9 +124,13 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     // with it the endpoint set it last acknowledged, which would keep every
     // joining member closed — within interval + timeout, not when TCP gives
     // up (~15 min).
+    let (health, health_task) =
+        crate::grpc_health::service(published.table.clone(), stopping.clone());
+    let health_task = tokio::spawn(health_task);
     let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+        .add_service(health)
         .add_service(ads.service())
         .add_service(table_service::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
@@ -144,6 +148,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         t.abort();
     }
     sync_task.abort();
+    health_task.abort();
     if let Some((_, t)) = rotation {
         t.abort();
     }

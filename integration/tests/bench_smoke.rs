@@ -70,6 +70,7 @@ fn every_variant_produces_numbers() {
         assert!(ratios.contains_key(&k.replacen("cpu per request", "throughput", 1)), "{k} is one of the rounds' ratios");
     }
     assert!(r["propagation_ms"]["p99"].as_f64().unwrap() > 0.0);
+    assert!(r["propagation_ms"]["p99, polling refresher"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["ext_proc_rss_mib_3_apiservers_v1_37"].as_f64().unwrap() > 0.0);
     assert!(r["memory"]["wasm_vm_mib_per_worker_5000_gvr"].as_f64().unwrap() > 0.0);
     // Rebuilds: each kind of change measured in mvp-ext-proc and alone; one

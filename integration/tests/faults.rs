@@ -6,104 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use integration::harness::process::rss_kib;
+use integration::harness::tally::{PATHS, Tally, after_requests, load};
 use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
 use serde_json::Value;
-
-/// A v1.37-only API, a v1.30-only one, one v1.33 and v1.37 share, one all
-/// serve — and who may answer each.
-const PATHS: &[(&str, &[&str])] = &[
-    ("/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests", &["v137"]),
-    ("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", &["v130"]),
-    ("/apis/resource.k8s.io/v1beta1/namespaces/ns/resourceclaims", &["v133", "v137"]),
-    ("/api/v1/namespaces/default/configmaps", &["v130", "v133", "v137"]),
-];
-
-#[derive(Default)]
-struct Tally {
-    ok: AtomicU64,
-    status_503: AtomicU64,
-    /// 503 Status for an API another running apiserver also serves: a
-    /// request in flight on the connection of an apiserver that died
-    /// (SIGKILL), by Envoy's reason. Not retried: it may have reached the
-    /// apiserver, and only failures before the request left are safe to
-    /// resend for every verb.
-    in_flight_503: std::sync::Mutex<BTreeMap<String, u64>>,
-    /// Anything else, with a sample of each kind.
-    other: std::sync::Mutex<BTreeMap<String, u64>>,
-}
-
-impl Tally {
-    fn total(&self) -> u64 {
-        self.ok.load(Ordering::Relaxed) + self.status_503.load(Ordering::Relaxed) + self.in_flight() + self.other.lock().unwrap().values().sum::<u64>()
-    }
-
-    fn in_flight(&self) -> u64 {
-        self.in_flight_503.lock().unwrap().values().sum()
-    }
-
-    fn report(&self) -> String {
-        format!(
-            "{} correct 200, {} 503 Status (API of a stopped server), in flight at a kill: {:?}, other: {:?}",
-            self.ok.load(Ordering::Relaxed),
-            self.status_503.load(Ordering::Relaxed),
-            self.in_flight_503.lock().unwrap(),
-            self.other.lock().unwrap()
-        )
-    }
-}
-
-/// `clients` tasks request PATHS round robin until `stop`.
-fn load(door: &FrontDoor, clients: usize, stop: Arc<AtomicBool>, tally: Arc<Tally>, may_503: &'static [&'static str]) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..clients)
-        .map(|c| {
-            let (http, base, stop, tally) = (door.http.clone(), door.url(""), stop.clone(), tally.clone());
-            tokio::spawn(async move {
-                let mut i = c;
-                while !stop.load(Ordering::Relaxed) {
-                    let (path, servers) = PATHS[i % PATHS.len()];
-                    i += 1;
-                    let class = match http.get(format!("{base}{path}")).send().await {
-                        Err(e) => format!("transport error: {e}"),
-                        Ok(resp) => {
-                            let status = resp.status().as_u16();
-                            let body: Value = resp.json().await.unwrap_or(Value::Null);
-                            match status {
-                                200 if servers.contains(&served_by(&body)) => "ok".into(),
-                                503 if body["kind"] == "Status" && body["code"] == 503 && may_503.contains(&path) => "503".into(),
-                                503 if body["kind"] == "Status" && body["code"] == 503 => {
-                                    format!("in flight: {}", body["details"]["causes"][0]["message"].as_str().unwrap_or(""))
-                                }
-                                s => format!("{s} {path} from {}: {}", served_by(&body), body["message"]),
-                            }
-                        }
-                    };
-                    match class.as_str() {
-                        "ok" => tally.ok.fetch_add(1, Ordering::Relaxed),
-                        "503" => tally.status_503.fetch_add(1, Ordering::Relaxed),
-                        c if c.starts_with("in flight: ") => {
-                            *tally.in_flight_503.lock().unwrap().entry(c.trim_start_matches("in flight: ").to_string()).or_default() += 1;
-                            0
-                        }
-                        _ => {
-                            *tally.other.lock().unwrap().entry(class).or_default() += 1;
-                            0
-                        }
-                    };
-                }
-            })
-        })
-        .collect()
-}
-
-/// Waits until `n` more requests completed (the load's own clock).
-async fn after_requests(tally: &Tally, n: u64) {
-    let target = tally.total() + n;
-    wait_for("the load to make progress", Duration::from_secs(60), || async { (tally.total() >= target).then_some(()) }).await.unwrap();
-}
 
 use integration::harness::three_fakes as three;
 

@@ -117,7 +117,7 @@ async fn envoy_reaches_mvp_ext_proc_over_a_unix_socket() {
     let config: Value = serde_yaml_ng::from_str(&config).unwrap();
     let endpoints = &config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"];
     let sock = door.dir.path().join("mvp-ext-proc.sock");
-    assert_eq!(endpoints, &json!([{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": sock.to_string_lossy()}}}}]}]));
+    assert_eq!(endpoints, &json!([{"priority": 0, "lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": sock.to_string_lossy()}}}}]}]));
     // Routed by the table and the clusters that came over the socket.
     for (path, want) in [("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", "v130"), ("/apis/lifecycle.k8s.io/v1alpha1/evictionrequests", "v137")] {
         let (status, v) = door.get_json(&door.http, path).await.unwrap();

@@ -63,7 +63,26 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             "name": "envoy.filters.http.ext_proc",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-                "grpc_service": {"envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER}, "timeout": seconds(o.ext_proc_message_timeout.max(large_body_timeout()) * 2)},
+                "grpc_service": {
+                    "envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER},
+                    "timeout": seconds(o.ext_proc_message_timeout.max(large_body_timeout()) * 2),
+                    // A stream that cannot be opened (a replica just killed,
+                    // not yet failed by its health check; one restarting) is
+                    // opened again on the next replica (priority), quickly:
+                    // it all fits in the message timeout.
+                    "retry_policy": {
+                        "retry_on": "connect-failure,refused-stream,reset,unavailable",
+                        "num_retries": 2,
+                        "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"},
+                        "retry_priority": {
+                            "name": "envoy.retry_priorities.previous_priorities",
+                            "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+                                "update_frequency": 1,
+                            },
+                        },
+                    },
+                },
                 // mvp-ext-proc down or slow: the client gets the apiserver's
                 // own document, never an error.
                 "failure_mode_allow": true,

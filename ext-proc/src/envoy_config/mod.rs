@@ -41,8 +41,9 @@ pub struct EnvoyConfigOptions {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub wasm: String,
-    /// mvp-ext-proc's gRPC address, `IP:port` or `host:port`.
-    pub ext_proc: String,
+    /// mvp-ext-proc's gRPC address, `IP:port`, `host:port` or
+    /// `unix:/path`: one per replica, the preferred first.
+    pub ext_proc: Vec<String>,
     pub table_poll_interval: Duration,
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
@@ -58,6 +59,12 @@ pub struct EnvoyConfigOptions {
 pub enum ConfigError {
     #[error("--ext-proc {0:?}: expected HOST:PORT or unix:/ABSOLUTE/PATH")]
     ExtProc(String),
+    #[error("--ext-proc: at least one mvp-ext-proc address is needed")]
+    NoExtProc,
+    #[error(
+        "--ext-proc: Unix sockets and host names cannot be mixed (Envoy resolves every address of a cluster with host names)"
+    )]
+    ExtProcKinds,
     #[error(
         "--client-ca-file forwards client identities as requestheaders, which apiservers trust only from the front door's --proxy-client-cert-file"
     )]
@@ -109,14 +116,18 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     if forwards_identity && o.peer_tls.as_ref().is_none_or(|p| p.client.is_none()) {
         return Err(ConfigError::IdentityNeedsProxyCert);
     }
-    let ext_proc_address = ext_proc_address(&o.ext_proc).ok_or_else(|| ConfigError::ExtProc(o.ext_proc.clone()))?;
+    if o.ext_proc.is_empty() {
+        return Err(ConfigError::NoExtProc);
+    }
+    let replicas = o.ext_proc.iter().map(|a| ext_proc_address(a).ok_or_else(|| ConfigError::ExtProc(a.clone()))).collect::<Result<Vec<_>, _>>()?;
+    let ext_proc_cluster = static_cluster::ext_proc(replicas)?;
     Ok(json!({
         "node": {"id": "mvp-envoy", "cluster": "mvp-envoy"},
         "admin": {"address": socket_address(&o.admin.ip().to_string(), o.admin.port())},
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
             "listeners": [listener::listener(o, forwards_identity)],
-            "clusters": [static_cluster::ext_proc(ext_proc_address)],
+            "clusters": [ext_proc_cluster],
         },
         // The apiserver clusters (CDS) and their members (EDS) from
         // mvp-ext-proc, state of the world on one ADS stream. Until the first
@@ -176,7 +187,7 @@ mod tests {
             listen: "127.0.0.1:8443".parse().unwrap(),
             admin: "127.0.0.1:9901".parse().unwrap(),
             wasm: "/w.wasm".into(),
-            ext_proc: "127.0.0.1:18000".into(),
+            ext_proc: vec!["127.0.0.1:18000".into()],
             table_poll_interval: Duration::from_millis(200),
             ext_proc_message_timeout: Duration::from_secs(1),
             front_tls: None,
@@ -201,9 +212,16 @@ mod tests {
         assert!(render(&opts(&["a=https://127.0.0.1:1"])).is_err());
         assert!(render(&opts(&["a=https://127.0.0.1:1", "b=http://127.0.0.1:2"])).is_err());
         let mut o = opts(&["a=http://127.0.0.1:1"]);
-        for bad in ["nonsense", "unix:relative.sock", "unix:"] {
-            o.ext_proc = bad.into();
-            assert!(render(&o).is_err(), "{bad}");
+        for bad in [
+            &["nonsense"][..],
+            &["unix:relative.sock"],
+            &["unix:"],
+            &[],
+            &["127.0.0.1:1", "nonsense"],
+            &["unix:/run/a.sock", "b:1"],
+        ] {
+            o.ext_proc = bad.iter().map(ToString::to_string).collect();
+            assert!(render(&o).is_err(), "{bad:?}");
         }
     }
 
@@ -216,12 +234,31 @@ mod tests {
             ("unix:/run/mvp/grpc.sock", "STATIC", json!({"pipe": {"path": "/run/mvp/grpc.sock"}})),
         ];
         for (ext_proc, kind, address) in cases {
-            o.ext_proc = ext_proc.into();
+            o.ext_proc = vec![ext_proc.into()];
             let v = render(&o).unwrap();
             let cluster = &v["static_resources"]["clusters"][0];
             assert_eq!(cluster["type"], kind, "{ext_proc}");
             assert_eq!(cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"], address, "{ext_proc}");
+            assert!(cluster.get("health_checks").is_none(), "one replica: nothing to fail over to");
         }
+    }
+
+    /// Replicas: one priority each in the order given (active/standby),
+    /// health-checked over gRPC.
+    #[test]
+    fn replicas_are_priorities_in_order_and_health_checked() {
+        let mut o = opts(&["a=http://127.0.0.1:1"]);
+        o.ext_proc = vec!["127.0.0.1:18000".into(), "mvp-ext-proc-b:18000".into()];
+        let v = render(&o).unwrap();
+        let cluster = &v["static_resources"]["clusters"][0];
+        assert_eq!(cluster["type"], "STRICT_DNS");
+        let endpoints = cluster["load_assignment"]["endpoints"].as_array().unwrap();
+        assert_eq!(endpoints.len(), 2);
+        for (i, (e, host)) in endpoints.iter().zip(["127.0.0.1", "mvp-ext-proc-b"]).enumerate() {
+            assert_eq!(e["priority"], i);
+            assert_eq!(e["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"], host);
+        }
+        assert!(cluster["health_checks"][0]["grpc_health_check"].is_object());
     }
 
     #[test]

@@ -14,10 +14,11 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Run one part only, while iterating on it: `front-door` (the filter
-    /// variants and propagation), `discovery` (the `/apis` cases) or
-    /// `instructions` (instructions per request under callgrind).
-    /// BENCHMARKS.md holds full runs.
-    #[arg(long, value_parser = ["front-door", "discovery", "instructions"])]
+    /// variants and propagation), `propagation` (discovery change → routed,
+    /// long-polling and polling refreshers on the same changes),
+    /// `discovery` (the `/apis` cases) or `instructions` (instructions per
+    /// request under callgrind). BENCHMARKS.md holds full runs.
+    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions"])]
     only: Option<String>,
     /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
     #[arg(long)]
@@ -33,6 +34,14 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
     match args.only.as_deref() {
         Some("front-door") => (settings.discovery, settings.count) = (false, None),
+        Some("propagation") => {
+            (
+                settings.discovery,
+                settings.count,
+                settings.rounds,
+                settings.pairs,
+            ) = (false, None, 0, 0)
+        }
         Some("discovery") => (settings.front_door, settings.count) = (false, None),
         Some("instructions") => (settings.front_door, settings.discovery) = (false, false),
         _ => {}

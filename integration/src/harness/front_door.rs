@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::fakes::{Fake, FakeSpec, start_fake};
 use super::process::{Proc, free_ports, wait_for};
 use super::tools::{envoy_bin, ext_proc_bin};
-use super::topology::{Ports, Topology};
+use super::topology::{Ports, Replica, Topology};
 use crate::pki::Pki;
 
 #[derive(Clone, Debug)]
@@ -45,6 +45,9 @@ pub struct Options {
     /// Envoy reaches mvp-ext-proc over a Unix socket in the work directory
     /// (see [`Topology::grpc_unix`]).
     pub grpc_over_unix: bool,
+    /// mvp-ext-proc replicas (1: one process). Envoy lists them all, the
+    /// first preferred ([`Topology::standbys`]).
+    pub replicas: usize,
 }
 
 impl Default for Options {
@@ -61,6 +64,7 @@ impl Default for Options {
             membership: None,
             seeds: None,
             grpc_over_unix: false,
+            replicas: 1,
         }
     }
 }
@@ -94,6 +98,8 @@ pub struct FrontDoor {
     pub topology: Topology,
     pub fakes: Vec<Fake>,
     pub ext_proc: Proc,
+    /// The replicas after the first, as [`Topology::standbys`] lists them.
+    pub standbys: Vec<Proc>,
     pub envoy: Proc,
     pub listen_port: u16,
     pub admin_port: u16,
@@ -186,7 +192,16 @@ impl FrontDoor {
             std::fs::write(&path, token)?;
             topology.serve_extra.extend(["--discovery-token-file".into(), path.to_string_lossy().into_owned()]);
         }
+        for _ in 1..options.replicas {
+            let free = free_ports(2);
+            topology.standbys.push(Replica { grpc: free.first().copied().unwrap_or(0), metrics: free.get(1).copied().unwrap_or(0) });
+        }
         let ext_proc = Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin()?, &topology.serve_args())?;
+        let mut standbys = Vec::new();
+        for i in 0..topology.standbys.len() {
+            let args = topology.standby_serve_args(i).context("a standby")?;
+            standbys.push(Proc::spawn(&format!("mvp-ext-proc-standby-{i}"), dir.path(), &ext_proc_bin()?, &args)?);
+        }
 
         let config_path = dir.path().join("envoy.yaml");
         let mut yaml = topology.render_envoy_config()?;
@@ -205,6 +220,7 @@ impl FrontDoor {
             topology,
             fakes,
             ext_proc,
+            standbys,
             envoy,
             config_path,
             http,
@@ -214,7 +230,7 @@ impl FrontDoor {
         };
         if let Err(e) = door.topology.wait_ready(&door.http).await {
             let mut logs = String::new();
-            for p in door.fakes.iter().map(|f| &f.proc).chain([&door.ext_proc, &door.envoy]) {
+            for p in door.fakes.iter().map(|f| &f.proc).chain([&door.ext_proc, &door.envoy]).chain(&door.standbys) {
                 logs.push_str(&format!("\n----- {} -----\n{}", p.name, p.log_tail(15)));
             }
             bail!("{e:#}{logs}");
@@ -300,6 +316,53 @@ impl FrontDoor {
         wait_for("the restarted mvp-ext-proc to be ready", Duration::from_secs(30), || async {
             self.http.get(&readyz).send().await.ok().filter(|r| r.status().is_success())
         })
+        .await?;
+        Ok(())
+    }
+
+    /// The topology as seen through standby `i`: its `/table`, and
+    /// [`Topology::wait_table_published`] against its tables.
+    pub fn standby_topology(&self, i: usize) -> Option<Topology> {
+        let r = *self.topology.standbys.get(i)?;
+        let mut t = self.topology.clone();
+        (t.ports.grpc, t.ports.metrics) = (r.grpc, r.metrics);
+        Some(t)
+    }
+
+    /// Starts standby `i` again (after a kill) with the same flags and
+    /// waits until it answers `/readyz`.
+    pub async fn restart_standby(&mut self, i: usize) -> Result<()> {
+        let args = self
+            .topology
+            .standby_serve_args(i)
+            .context("no such standby")?;
+        let metrics = self
+            .topology
+            .standbys
+            .get(i)
+            .context("no such standby")?
+            .metrics;
+        let standby = self.standbys.get_mut(i).context("no such standby")?;
+        standby.kill();
+        *standby = Proc::spawn(
+            &format!("mvp-ext-proc-standby-{i}"),
+            self.dir.path(),
+            &ext_proc_bin()?,
+            &args,
+        )?;
+        let readyz = format!("http://127.0.0.1:{metrics}/readyz");
+        wait_for(
+            "the restarted standby to be ready",
+            Duration::from_secs(30),
+            || async {
+                self.http
+                    .get(&readyz)
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+            },
+        )
         .await?;
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! - [`real`]: real kube-apiservers on one etcd, with a kubeadm-like PKI.
 //! - [`secure`]: the TLS topology (PKI, kube-authenticating fakes).
 //! - [`served`]: what the fixtures' releases serve.
+//! - [`tally`]: load under faults, every answer classified.
 
 pub mod crd_heavy;
 pub mod fakes;
@@ -19,6 +20,7 @@ pub mod real_spec;
 pub mod release;
 pub mod secure;
 pub mod served;
+pub mod tally;
 pub mod test_net;
 pub mod tools;
 pub mod topology;

@@ -64,6 +64,17 @@ pub struct Topology {
     /// How long Envoy may take to become ready, and then to route by the
     /// published table (longer where it runs under valgrind).
     pub envoy_start_within: Duration,
+    /// More mvp-ext-proc replicas beside the first (`ports.grpc`,
+    /// `ports.metrics`): same flags, their own ports and state file; Envoy
+    /// lists them after the first (`--ext-proc` repeated).
+    pub standbys: Vec<Replica>,
+}
+
+/// Where one more mvp-ext-proc replica listens.
+#[derive(Clone, Copy, Debug)]
+pub struct Replica {
+    pub grpc: u16,
+    pub metrics: u16,
 }
 
 impl Topology {
@@ -79,6 +90,7 @@ impl Topology {
             access_log: true,
             grpc_unix: None,
             envoy_start_within: Duration::from_secs(30),
+            standbys: vec![],
         }
     }
 
@@ -101,20 +113,45 @@ impl Topology {
     }
 
     pub fn serve_args(&self) -> Vec<String> {
+        self.replica_serve_args(
+            Replica {
+                grpc: self.ports.grpc,
+                metrics: self.ports.metrics,
+            },
+            self.state_file.clone(),
+        )
+    }
+
+    /// `mvp-ext-proc serve` flags of standby `i` (its own state file beside
+    /// the first one's, as on another node).
+    pub fn standby_serve_args(&self, i: usize) -> Option<Vec<String>> {
+        let r = *self.standbys.get(i)?;
+        let state_file = self
+            .state_file
+            .as_ref()
+            .map(|f| f.with_extension(format!("standby-{i}.json")));
+        Some(self.replica_serve_args(r, state_file))
+    }
+
+    fn replica_serve_args(
+        &self,
+        at: Replica,
+        state_file: Option<std::path::PathBuf>,
+    ) -> Vec<String> {
         let mut args = vec!["serve".to_string()];
         args.extend(self.apiserver_flags());
         args.extend([
             "--grpc-listen".into(),
-            format!("127.0.0.1:{}", self.ports.grpc),
+            format!("127.0.0.1:{}", at.grpc),
             "--metrics-listen".into(),
-            format!("127.0.0.1:{}", self.ports.metrics),
+            format!("127.0.0.1:{}", at.metrics),
             "--refresh-interval".into(),
             format!("{}ms", self.refresh_interval.as_millis()),
         ]);
         if let Some(p) = &self.grpc_unix {
             args.extend(["--grpc-listen".into(), format!("{UNIX_PREFIX}{}", arg(p))]);
         }
-        if let Some(f) = &self.state_file {
+        if let Some(f) = &state_file {
             args.extend(["--state-file".into(), arg(f)]);
         }
         args.extend(self.serve_extra.iter().cloned());
@@ -137,6 +174,11 @@ impl Topology {
                 Some(p) => format!("{UNIX_PREFIX}{}", arg(p)),
                 None => format!("127.0.0.1:{}", self.ports.grpc),
             },
+        ]);
+        for r in &self.standbys {
+            args.extend(["--ext-proc".into(), format!("127.0.0.1:{}", r.grpc)]);
+        }
+        args.extend([
             "--table-poll-interval".into(),
             format!("{}ms", self.table_poll_interval.as_millis()),
             "--access-log".into(),

@@ -1,0 +1,100 @@
+//! `grpc.health.v1.Health` on the gRPC listeners: how Envoy, given several
+//! mvp-ext-proc replicas (`envoy-config --ext-proc` repeated), tells which
+//! one can answer. The server as a whole (service `""`) is NOT_SERVING until
+//! the first routing table is published — what `/readyz` says — and again
+//! from the graceful stop, so Envoy moves its ADS stream, ext_proc streams
+//! and `GetTable` calls to another replica before this one's streams end.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use mvp_protos::routing::v1 as pb;
+use tokio::sync::watch;
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+
+use crate::stopping::Stopping;
+
+/// The service to mount, and the task that keeps its status.
+pub fn service(
+    mut table: watch::Receiver<Arc<pb::RoutingTable>>,
+    stopping: Stopping,
+) -> (HealthServer<impl Health>, impl Future<Output = ()> + Send) {
+    let (reporter, server) = tonic_health::server::health_reporter();
+    let task = async move {
+        reporter
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+        let published = async { table.wait_for(|t| t.version != 0).await.is_ok() };
+        let published = tokio::select! {
+            p = published => p,
+            () = stopping.clone().stopped() => false,
+        };
+        if published {
+            reporter
+                .set_service_status("", ServingStatus::Serving)
+                .await;
+        }
+        stopping.stopped().await;
+        reporter
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+    };
+    (server, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    #[tokio::test]
+    async fn not_serving_until_the_first_table_and_again_from_the_stop() {
+        let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let (stop, stopping) = crate::stopping::Stop::new();
+        let (server, task) = service(rx, stopping);
+        tokio::spawn(task);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serve = tonic::transport::Server::builder()
+            .add_service(server)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        tokio::spawn(serve);
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let client = HealthClient::new(channel);
+        let status = |want: ServingStatus| {
+            let mut client = client.clone();
+            async move {
+                for _ in 0..200 {
+                    let got = client
+                        .check(HealthCheckRequest {
+                            service: String::new(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .status;
+                    if got == want as i32 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("never {want:?}");
+            }
+        };
+        status(ServingStatus::NotServing).await;
+        tx.send_replace(Arc::new(pb::RoutingTable {
+            version: 3,
+            ..Default::default()
+        }));
+        status(ServingStatus::Serving).await;
+        stop.stop();
+        status(ServingStatus::NotServing).await;
+    }
+}
