@@ -32,6 +32,15 @@ async fn apis(door: &FrontDoor) -> (String, Vec<u8>) {
     (etag, resp.bytes().await.unwrap().to_vec())
 }
 
+/// What Envoy took over ADS, by the versions it accepted: the hash of the
+/// clusters (CDS) and of the apiservers' endpoint set (EDS).
+async fn xds_versions(door: &FrontDoor) -> (u64, u64) {
+    let (cds, eds) = (door.envoy_stat("cluster_manager.cds.version").await, door.envoy_stat("cluster.apiservers.version").await);
+    let versions = (cds.unwrap_or(0), eds.unwrap_or(0));
+    assert!(versions.0 != 0 && versions.1 != 0, "Envoy shows no xDS versions: {versions:?}");
+    versions
+}
+
 fn version(t: &Value) -> &str {
     t["version"].as_str().unwrap_or("")
 }
@@ -76,13 +85,19 @@ async fn killing_or_stopping_either_replica_under_load_changes_nothing() {
     );
     after_requests(&tally, 500).await;
 
+    let eds = xds_versions(&door).await;
     door.ext_proc.kill();
     after_requests(&tally, 1000).await;
-    assert_eq!(
-        apis(&door).await,
-        before,
-        "the standby's /apis is not the same bytes and ETag"
-    );
+    assert_eq!(apis(&door).await, before, "the standby's /apis is not the same bytes and ETag");
+    // Envoy's ADS stream is on the standby now; what it holds has the
+    // versions the preferred one sent.
+    wait_for("Envoy's ADS stream on the standby", Duration::from_secs(30), || async {
+        (door.envoy_stat("control_plane.connected_state").await? == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(xds_versions(&door).await, eds, "the standby's cluster or endpoint versions differ");
+    eprintln!("CDS and EDS versions, the same from both: {eds:?}");
     let at_the_kill = tally.own_apis.load(Ordering::Relaxed);
     eprintln!("preferred replica killed: {}", tally.report());
 
@@ -158,4 +173,40 @@ async fn killing_or_stopping_either_replica_under_load_changes_nothing() {
         "the graceful stop cost /apis answers: {}",
         tally.report()
     );
+}
+
+/// The preferred replica partitioned (SIGSTOP: connections stay open,
+/// nothing answers) under load: Envoy's health check fails it over; until
+/// then `/apis` exchanges on it time out and fail open.
+#[tokio::test]
+async fn a_partitioned_replica_is_failed_over() {
+    const CLIENTS: u64 = 6;
+    let options = Options { replicas: 2, ..Options::default() };
+    let door = FrontDoor::start(&three(), options).await.unwrap();
+    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+    let tasks = load_paths(PATHS_AND_APIS, &door, CLIENTS as usize, stop.clone(), tally.clone(), &[]);
+    after_requests(&tally, 500).await;
+    door.ext_proc.signal("STOP");
+    let stopped = std::time::Instant::now();
+    wait_for("Envoy to fail the partitioned replica", Duration::from_secs(30), || async {
+        (door.envoy_stat("cluster.mvp_ext_proc.membership_healthy").await? == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let failed_over = stopped.elapsed();
+    let own_at_failover = tally.own_apis.load(Ordering::Relaxed);
+    after_requests(&tally, 1000).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    door.ext_proc.signal("CONT");
+    eprintln!("partitioned replica: failed over after {failed_over:?} ({own_at_failover} of one server's /apis by then); {} requests: {}", tally.total(), tally.report());
+    assert!(tally.other.lock().unwrap().is_empty(), "{}", tally.report());
+    assert!(failed_over < Duration::from_secs(5), "failed over after {failed_over:?}");
+    // Each client's `/apis` on the hung replica costs the 1 s message
+    // timeout: at most one per second per client until the failover, and
+    // the ones in flight at it — none after.
+    let bound = CLIENTS * (failed_over.as_secs() + 2);
+    assert!(tally.own_apis.load(Ordering::Relaxed) <= bound, "more than {bound} of one server's /apis: {}", tally.report());
 }

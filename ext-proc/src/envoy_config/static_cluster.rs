@@ -75,13 +75,17 @@ pub fn ext_proc(replicas: Vec<Address>) -> Result<Value, ConfigError> {
         }})),
     });
     if several {
+        // A hung replica (SIGSTOP, a partition) is failed within about
+        // 0.5 s + 0.25 s + 0.5 s; until then the `/apis` exchanges sent to
+        // it time out (message timeout) and fall open. A replica answers
+        // its check in microseconds, so 500 ms is no hair trigger.
         cluster["health_checks"] = json!([{
             "grpc_health_check": {},
-            "interval": "1s",
-            "timeout": "1s",
+            "interval": "0.25s",
+            "timeout": "0.5s",
             // The standby carries no requests: without this it would be
             // checked once a minute.
-            "no_traffic_interval": "1s",
+            "no_traffic_interval": "0.25s",
             "unhealthy_threshold": 2,
             "healthy_threshold": 2,
         }]);

@@ -2,7 +2,8 @@
 //!
 //! - [`topology`]: the one description of a front door (apiservers, ports,
 //!   flags) and the one readiness wait; tests, benchmark and demo use it.
-//! - [`front_door`]: fake apiservers + mvp-ext-proc + Envoy for a test.
+//! - [`front_door`]: fake apiservers + mvp-ext-proc + Envoy for a test, set
+//!   up by [`options`].
 //! - [`fakes`]: what each fake apiserver serves and how it authenticates.
 //! - [`process`]: child processes, free ports, bounded waits.
 //! - [`tools`]: where the built binaries, Envoy, kubectl and Python are.
@@ -14,6 +15,7 @@
 pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;
+pub mod options;
 pub mod process;
 pub mod real;
 pub mod real_spec;

@@ -1,0 +1,89 @@
+//! How a test's front door is set up ([`Options`]) and where its processes
+//! keep their logs and files ([`Workdir`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::topology::Ports;
+use crate::pki::Pki;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub refresh_interval: Duration,
+    pub concurrency: u32,
+    /// Edits the rendered bootstrap before Envoy starts (negative tests).
+    pub edit_config: Option<fn(String) -> String>,
+    /// Extra `mvp-ext-proc serve` flags.
+    pub ext_proc_args: Vec<String>,
+    /// Bearer token mvp-ext-proc sends with its discovery requests.
+    pub discovery_token: Option<String>,
+    /// TLS everywhere (see [`Topology::tls`]).
+    pub tls: Option<Arc<Pki>>,
+    /// Fixed ports (the demo's): the front door's, then one per fake in
+    /// order. Free ones otherwise.
+    pub fixed_ports: Option<(Ports, Vec<u16>)>,
+    /// Where process logs go; a temporary directory otherwise.
+    pub dir: Option<PathBuf>,
+    /// Live membership: the fakes share membership objects (Endpoints,
+    /// identity Leases) and mvp-ext-proc follows these sources
+    /// (`endpoints`, `leases`, or `endpoints,leases`) besides its seed.
+    pub membership: Option<&'static str>,
+    /// With live membership: only the first this many fakes are
+    /// `--apiserver` seeds; the others are members only while the cluster's
+    /// objects name them (all fakes are seeds otherwise).
+    pub seeds: Option<usize>,
+    /// Envoy reaches mvp-ext-proc over a Unix socket in the work directory
+    /// (see [`Topology::grpc_unix`]).
+    pub grpc_over_unix: bool,
+    /// mvp-ext-proc replicas (1: one process). Envoy lists them all, the
+    /// first preferred ([`Topology::standbys`]).
+    pub replicas: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            refresh_interval: Duration::from_secs(1),
+            concurrency: 2,
+            edit_config: None,
+            ext_proc_args: vec![],
+            discovery_token: None,
+            tls: None,
+            fixed_ports: None,
+            dir: None,
+            membership: None,
+            seeds: None,
+            grpc_over_unix: false,
+            replicas: 1,
+        }
+    }
+}
+
+/// The directory holding a front door's logs and files.
+pub struct Workdir {
+    path: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Workdir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn new(options: &Options) -> Result<Workdir> {
+        Ok(match &options.dir {
+            Some(p) => {
+                std::fs::create_dir_all(p)?;
+                Workdir { path: p.clone(), _temp: None }
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("mvp-e2e-").tempdir()?;
+                Workdir { path: t.path().to_path_buf(), _temp: Some(t) }
+            }
+        })
+    }
+}
+
