@@ -192,3 +192,123 @@ async fn an_envoy_that_never_acknowledges_does_not_hold_the_others() {
     let n = served_throughout(&door, "v137", Duration::from_secs(2)).await;
     eprintln!("{n} requests for the joined member's API after a reconnect that has the current endpoints");
 }
+
+/// What the chaos load asks, and who may answer: every API has a member
+/// serving it throughout; `v137b` joins and later leaves.
+const CHURN_PATHS: &[(&str, &[&str])] = &[
+    (EVICTIONS, &["v137", "v137b"]),
+    (FLOWSCHEMAS_V1BETA3, &["v130"]),
+    (CONFIGMAPS, &["v130", "v133", "v137", "v137b"]),
+];
+
+/// Envoys joining and leaving an mvp-ext-proc while a member joins and
+/// leaves, under load on the first Envoy (issue 31's chaos suite): a second
+/// and a third Envoy connect, a member joins (opened once all three
+/// acknowledged it), the third is SIGKILLed, a fourth connects and routes
+/// by the current table at once, the member leaves (SIGKILL). No client of
+/// the first Envoy sees anything but a correct answer (but requests in
+/// flight on the departed member's connections at its kill).
+#[tokio::test]
+async fn envoys_joining_and_leaving_under_load_change_nothing() {
+    use integration::harness::tally::{Tally, after_requests, load_paths};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const CLIENTS: u64 = 6;
+    let mut door = FrontDoor::start(&three_fakes(), Options { membership: Some("leases"), ..Options::default() }).await.unwrap();
+    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+    let tasks = load_paths(CHURN_PATHS, &door, CLIENTS as usize, stop.clone(), tally.clone(), &[]);
+    after_requests(&tally, 300).await;
+
+    let (_second, _) = door.another_envoy().await.unwrap();
+    let (mut third, _) = door.another_envoy().await.unwrap();
+    after_requests(&tally, 300).await;
+    let joining = Instant::now();
+    door.add_fake(FakeSpec::new("v137b", "v1.37")).await.unwrap();
+    let open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137b" && s["open"] == true));
+    door.wait_table_published(open).await.unwrap();
+    let opened = joining.elapsed();
+    after_requests(&tally, 300).await;
+
+    third.kill();
+    let (_fourth, fourth) = door.another_envoy().await.unwrap();
+    for _ in 0..8 {
+        let resp = door.http.get(format!("http://127.0.0.1:{}{EVICTIONS}", fourth.ports.listen)).send().await.unwrap();
+        let status = resp.status();
+        let v: serde_json::Value = resp.json().await.unwrap_or_default();
+        assert!(status == 200 && ["v137", "v137b"].contains(&served_by(&v)), "the fourth Envoy: {status} from {}", served_by(&v));
+    }
+    after_requests(&tally, 300).await;
+    door.fake_mut("v137b").proc.kill();
+    let gone = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137b" && s["open"] == false));
+    door.wait_table_published(gone).await.unwrap();
+    after_requests(&tally, 300).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eprintln!("Envoys joining and leaving, a member joining (opened after {opened:?}) and leaving: {} requests: {}", tally.total(), tally.report());
+    assert!(tally.other.lock().unwrap().is_empty() && tally.status_503.load(Ordering::Relaxed) == 0, "{}", tally.report());
+    assert!(tally.in_flight() <= CLIENTS, "more 503s than requests in flight at the member's kill: {}", tally.report());
+}
+
+/// mvp-ext-proc's own metric `name` (a plain gauge).
+async fn ext_proc_metric(door: &FrontDoor, name: &str) -> Option<u64> {
+    let text = door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok())
+}
+
+/// A second Envoy on another host (a network namespace of ours, reaching
+/// mvp-ext-proc over a veth link) is blackholed — its link cut: no reset, no
+/// ICMP, its ADS stream open and silent — while a member joins. The
+/// joining member opens for the first Envoy once the silent stream has left
+/// the push unacknowledged for the grace (3 s), not when keepalive (15 s)
+/// or TCP (~15 min) notice; the first Envoy's clients see only correct
+/// answers. Needs root (the test network), as the polyglot machines give.
+#[tokio::test]
+async fn a_blackholed_envoy_does_not_keep_a_joining_member_closed() {
+    use integration::harness::test_net::TestNet;
+    use integration::harness::tools::envoy_bin;
+    use integration::harness::{Proc, Topology, wait_for};
+    let net = TestNet::create(1).unwrap();
+    let far_grpc = free_ports(1)[0];
+    let options = Options {
+        membership: Some("leases"),
+        ext_proc_args: vec!["--grpc-listen".into(), format!("{}:{far_grpc}", TestNet::host_address())],
+        ..Options::default()
+    };
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], options).await.unwrap();
+
+    // The far Envoy: its own loopback in the namespace, mvp-ext-proc at the
+    // host's address on the test network.
+    let mut far: Topology = door.topology.clone();
+    far.ports.grpc = far_grpc;
+    let mut config: serde_json::Value = serde_yaml_ng::from_str(&far.render_envoy_config().unwrap()).unwrap();
+    config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"] =
+        TestNet::host_address().into();
+    let path = door.dir.path().join("envoy-far.yaml");
+    std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
+    let mut args = vec!["netns".to_string(), "exec".into(), net.netns.clone(), envoy_bin().unwrap().to_string_lossy().into_owned()];
+    args.extend(Topology::envoy_args(&path, 1, "info"));
+    let _far_envoy = Proc::spawn("envoy-far", door.dir.path(), std::path::Path::new("ip"), &args).unwrap();
+    wait_for("the far Envoy's ADS stream, acknowledged", Duration::from_secs(30), || async {
+        let streams = ext_proc_metric(&door, "mvp_xds_streams").await?;
+        let lagging = ext_proc_metric(&door, "mvp_xds_lagging_streams").await?;
+        (streams == 2 && lagging == 0).then_some(())
+    })
+    .await
+    .unwrap();
+
+    net.cut().unwrap();
+    let started = Instant::now();
+    door.add_fake(FakeSpec::new("v137", "v1.37")).await.unwrap();
+    let open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["open"] == true));
+    door.wait_table_published(open).await.unwrap();
+    let opened = started.elapsed();
+    for _ in 0..6 {
+        let (status, v) = door.get_json(&door.http, EVICTIONS).await.unwrap();
+        assert_eq!((status, served_by(&v)), (200, "v137"));
+    }
+    net.mend().unwrap();
+    eprintln!("joined and opened in {opened:?} with a blackholed Envoy connected");
+    assert!(opened < Duration::from_secs(10), "opened after {opened:?}: the blackholed stream held it (keepalive would take 15 s)");
+}

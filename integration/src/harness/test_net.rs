@@ -25,6 +25,7 @@ const N: u8 = 77;
 pub struct TestNet {
     pub netns: String,
     host_link: String,
+    inner_link: String,
     _lock: File,
 }
 
@@ -43,7 +44,7 @@ impl TestNet {
         let (netns, host_link, inner) = (format!("mvp-net{N}"), format!("mvp{N}-h"), format!("mvp{N}-n"));
         // Left over from a killed run.
         remove(&netns, &host_link);
-        let net = TestNet { netns: netns.clone(), host_link: host_link.clone(), _lock: lock };
+        let net = TestNet { netns: netns.clone(), host_link: host_link.clone(), inner_link: inner.clone(), _lock: lock };
         let host = TestNet::host_address();
         let mut script = vec![
             format!("ip netns add {netns}"),
@@ -70,6 +71,26 @@ impl TestNet {
     /// This host's address on the test network (etcd listens there).
     pub fn host_address() -> String {
         format!("10.200.{N}.1")
+    }
+
+    /// Blackholes the namespace: its end of the link goes down, so packets
+    /// between it and the host are dropped silently — no reset, no ICMP —
+    /// as when a machine loses power or a network partitions.
+    pub fn cut(&self) -> Result<()> {
+        self.set_inner_link("down")
+    }
+
+    /// Undoes [`TestNet::cut`].
+    pub fn mend(&self) -> Result<()> {
+        self.set_inner_link("up")
+    }
+
+    fn set_inner_link(&self, state: &str) -> Result<()> {
+        let status = Command::new("ip").args(["-n", &self.netns, "link", "set", &self.inner_link, state]).status()?;
+        if !status.success() {
+            bail!("ip -n {} link set {} {state}: {status}", self.netns, self.inner_link);
+        }
+        Ok(())
     }
 
     /// The `i`-th apiserver's address.
