@@ -89,16 +89,28 @@ async fn served_throughout(door: &FrontDoor, by: &str, period: Duration) -> usiz
 /// mvp-ext-proc sees, not by comparing clocks. Before (issue 31): judged
 /// stale on every tick, it never joined.
 #[tokio::test]
-async fn a_skewed_clock_neither_keeps_a_member_out_nor_flaps_it() {
+async fn a_clock_behind_neither_keeps_a_member_out_nor_flaps_it() {
+    skewed_member_joins_stays_and_departs(-60).await;
+}
+
+/// The same with the apiserver's clock 60 s ahead (`renewTime` in our
+/// future): were it judged by comparing clocks, it would outlive its death
+/// by a minute.
+#[tokio::test]
+async fn a_clock_ahead_neither_keeps_a_dead_member_nor_flaps_it() {
+    skewed_member_joins_stays_and_departs(60).await;
+}
+
+async fn skewed_member_joins_stays_and_departs(skew_seconds: i64) {
     let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], Options { membership: Some("leases"), ..Options::default() })
         .await
         .unwrap();
-    door.add_fake(FakeSpec::new("v137", "v1.37").with_clock_skew(-60)).await.unwrap();
+    door.add_fake(FakeSpec::new("v137", "v1.37").with_clock_skew(skew_seconds)).await.unwrap();
     let open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["open"] == true));
     door.wait_table_published(open).await.unwrap();
     // Longer than --lease-stale-after (3 s here): never judged gone.
     let n = served_throughout(&door, "v137", Duration::from_secs(5)).await;
-    eprintln!("skewed member served {n} requests without a flap");
+    eprintln!("member {skew_seconds:+} s skewed served {n} requests without a flap");
     let killed = Instant::now();
     door.fake_mut("v137").proc.kill();
     let departed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["departed"] == true));
