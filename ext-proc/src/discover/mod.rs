@@ -111,6 +111,8 @@ pub struct Discoverer {
     /// Group-versions every discoverer asks servers without aggregated
     /// discovery about.
     known: KnownGroupVersions,
+    /// When this server's view was last recorded in `known`.
+    recorded_at: Option<std::time::Instant>,
     /// A server without aggregated discovery: per root, the list it was
     /// probed for and the result (see [`Discoverer::probe_again`]).
     probed: HashMap<&'static str, Probed>,
@@ -127,7 +129,8 @@ pub struct Discoverer {
 /// and [`FULL_PROBE_EVERY`] has not passed.
 struct Probed {
     list_digest: [u8; 32],
-    known: usize,
+    /// [`KnownGroupVersions::generation`] when probed.
+    known: u64,
     at: std::time::Instant,
     view: Arc<RootView>,
     /// Group-versions whose documents failed: asked again every round,
@@ -141,7 +144,7 @@ pub const FULL_PROBE_EVERY: Duration = Duration::from_secs(30);
 
 impl Discoverer {
     pub fn new(spec: &ApiserverSpec, transport: Transport, options: DiscoveryOptions, known: KnownGroupVersions) -> Discoverer {
-        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known, probed: HashMap::new(), force_probe: true, openapi: None, force_openapi: true }
+        Discoverer { spec: spec.clone(), transport, connected: None, base: spec.base(), options, cache: HashMap::new(), last: None, known, recorded_at: None, probed: HashMap::new(), force_probe: true, openapi: None, force_openapi: true }
     }
 
     fn client(&mut self, address: Option<SocketAddr>) -> Result<reqwest::Client, DiscoveryError> {
@@ -189,7 +192,7 @@ impl Discoverer {
     /// round costs its two list GETs only; the probe (one GET per known
     /// group-version) runs when something may have changed.
     fn probe_again(&self, p: &Probed, digest: &[u8; 32]) -> bool {
-        self.force_probe || p.list_digest != *digest || p.known != self.known.len() || p.at.elapsed() >= FULL_PROBE_EVERY
+        self.force_probe || p.list_digest != *digest || p.known != self.known.generation() || p.at.elapsed() >= FULL_PROBE_EVERY
     }
 
     /// One full read of the server's discovery. Any failure fails the whole
@@ -209,6 +212,12 @@ impl Discoverer {
             && Arc::ptr_eq(c, &core)
             && Arc::ptr_eq(g, &groups)
         {
+            // What it serves stays known while it serves it (`known`
+            // forgets what nobody listed or served for an hour).
+            if self.recorded_at.is_none_or(|at| at.elapsed() >= known::FORGET_AFTER / 4) {
+                self.known.record(g.groups.iter().flat_map(|g| g.versions.iter().map(move |v| (g.name(), v.version.as_str()))));
+                self.recorded_at = Some(std::time::Instant::now());
+            }
             return Ok(view.clone());
         }
         // A kube-apiserver always serves core v1 and some named groups; a
@@ -226,6 +235,7 @@ impl Discoverer {
             return Err(empty("/apis", "API group"));
         }
         self.known.record(groups.groups.iter().flat_map(|g| g.versions.iter().map(move |v| (g.name(), v.version.as_str()))));
+        self.recorded_at = Some(std::time::Instant::now());
         let mut capabilities = core.capabilities.clone();
         capabilities.merge(groups.capabilities.clone());
         let view = Arc::new(ServerView { capabilities, groups: groups.groups.clone() });
@@ -308,7 +318,7 @@ impl Discoverer {
                         Some(p) if only.is_some() && *p.view == probe.view => p.view.clone(),
                         _ => Arc::new(probe.view),
                     };
-                    let probed = Probed { list_digest: digest, known: self.known.len(), at, view: view.clone(), failing: probe.failing };
+                    let probed = Probed { list_digest: digest, known: self.known.generation(), at, view: view.clone(), failing: probe.failing };
                     self.probed.insert(path, probed);
                     Ok(view)
                 }
