@@ -151,7 +151,7 @@ struct ServeArgs {
     /// /apis, ADS): IP:PORT, or unix:/PATH for a Unix socket (an Envoy on the
     /// same host or in the same pod). Repeat to serve on several.
     #[arg(long, value_name = "ADDR:PORT|unix:/PATH", required = true)]
-    grpc_listen: Vec<crate::grpc_listen::GrpcListen>,
+    grpc_listen: Vec<crate::grpc::listen::GrpcListen>,
     /// Address for /metrics, /healthz, /readyz and /table.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -280,8 +280,8 @@ fn explain(a: ExplainArgs) -> anyhow::Result<()> {
     match a.output {
         ExplainOutput::Json => println!("{body}"),
         ExplainOutput::Human => {
-            let e: crate::explain::Explanation = serde_json::from_str(&body).context("reading the explanation")?;
-            print!("{}", crate::explain::render(&e));
+            let e: crate::table::explain::Explanation = serde_json::from_str(&body).context("reading the explanation")?;
+            print!("{}", crate::table::explain::render(&e));
         }
     }
     Ok(())

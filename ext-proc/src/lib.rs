@@ -2,9 +2,10 @@
 //!
 //! Data paths (folders and files in this order):
 //! - table path: [`apiservers`] (the configured set) → [`discover`] (what
-//!   each apiserver serves — its [`capabilities`] — over plain HTTP or mTLS) → [`sync`] (one loop;
-//!   per-apiserver state and health policy) → [`routing_table`] (bitmasks,
-//!   versioned) → [`table_service`] (`GetTable` for Envoy's wasm refresher).
+//!   each apiserver serves — its capabilities — over plain HTTP or mTLS) → [`sync`] (one loop;
+//!   per-apiserver state and health policy) → [`table`] (bitmasks,
+//!   versioned; `GetTable` for Envoy's wasm refresher, long-polled; the
+//!   routing decision explained).
 //! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
 //!   encoded, built off the loop, freed memory handed back by [`memory`]) →
 //!   [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`] holds
@@ -19,35 +20,29 @@
 //!   v3 index) → [`rewrite`].
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
-//! - Replicas: [`grpc_health`] tells Envoy which mvp-ext-proc can answer.
-//! - Operators: [`admin`] (`/` the [`status_page`], `/metrics`, `/healthz`,
-//!   `/readyz`, `/table`, `/debug/route` = [`explain`]) over [`metrics`].
+//! - [`grpc`]: the listeners Envoy reaches (TCP, Unix socket) and the
+//!   `grpc.health.v1` service that tells Envoy which replica can answer.
+//! - Operators: [`operate`] (`/` the status page, `/metrics`, `/healthz`,
+//!   `/readyz`, `/table`, `/debug/route` = the table's explain).
 //! - [`cli`] turns flags into options; [`serve`] wires the processes;
 //!   [`stopping`] is their graceful stop.
 
-pub mod admin;
 pub mod apidiscovery;
 pub mod apiservers;
-pub mod capabilities;
 pub mod cli;
 pub mod discover;
 pub mod envoy_config;
-pub mod explain;
-pub mod grpc_health;
-pub mod grpc_listen;
+pub mod grpc;
 pub mod membership;
 pub mod memory;
 pub mod merge;
-pub mod metrics;
 pub mod openapi;
+pub mod operate;
 pub mod rewrite;
-pub mod routing_table;
 pub mod serve;
-pub mod status_page;
 pub mod stopping;
 pub mod sync;
-pub mod table_service;
-pub mod thread_cpu;
+pub mod table;
 pub mod tls;
 pub mod unchanged;
 pub mod xds;

@@ -10,14 +10,15 @@ use anyhow::Context;
 
 use crate::apiservers::{self, ApiserverSpec};
 use crate::discover::{DiscoveryOptions, Transport};
-use crate::grpc_listen::GrpcListen;
-use crate::metrics::Metrics;
+use crate::grpc::listen::GrpcListen;
+use crate::operate::metrics::Metrics;
 use crate::sync::{SyncOptions, Syncer, XdsPublisher};
 use crate::tls::PeerTls;
 use crate::stopping::Stop;
 use crate::xds::{AdsServer, ClusterOptions, Snapshot};
 use crate::membership::kube::KubeOptions;
-use crate::{admin, membership, rewrite, table_service};
+use crate::operate::admin;
+use crate::{membership, rewrite, table};
 
 pub struct ServeOptions {
     pub apiservers: Vec<ApiserverSpec>,
@@ -125,14 +126,14 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     // joining member closed — within interval + timeout, not when TCP gives
     // up (~15 min).
     let (health, health_task) =
-        crate::grpc_health::service(published.table.clone(), stopping.clone());
+        crate::grpc::health::service(published.table.clone(), stopping.clone());
     let health_task = tokio::spawn(health_task);
     let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .add_service(health)
         .add_service(ads.service())
-        .add_service(table_service::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
+        .add_service(table::service::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
     tokio::spawn(stop.on_signal());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));

@@ -28,7 +28,7 @@ fn main() {
     // classify: one path per verb form for every resource a release serves.
     let mut paths = std::collections::BTreeSet::new();
     for r in releases {
-        let view = from_aggregated(Root::Groups, &fixture(r, "apis.json")).unwrap();
+        let view = from_aggregated(Root::Groups, &fixture(r, "apis.json"), None).unwrap();
         for g in view.groups.iter() {
             for v in &g.versions {
                 for res in &v.resources {
@@ -50,23 +50,24 @@ fn main() {
     // table_decode: tables the sync loop builds from the real documents.
     let mut members = Vec::new();
     for (i, r) in releases.iter().enumerate() {
-        let view = from_aggregated(Root::Groups, &fixture(r, "apis.json")).unwrap();
+        let view = from_aggregated(Root::Groups, &fixture(r, "apis.json"), None).unwrap();
         members.push((format!("m{i}"), view));
     }
     let states: Vec<_> = members
         .iter()
         .enumerate()
-        .map(|(i, (name, view))| mvp_ext_proc::routing_table::Member {
+        .map(|(i, (name, view))| mvp_ext_proc::table::build::Member {
             name,
             address: Some(format!("127.0.0.1:{}", 6443 + i).parse().unwrap()),
             healthy: i != 1,
             open: i != 2,
             pending: i == 2,
+            draining: false,
             capabilities: Some(&view.capabilities),
             openapi: None,
         })
         .collect();
-    let mut table = mvp_ext_proc::routing_table::build(states);
+    let mut table = mvp_ext_proc::table::build::build(states);
     table.version = 42;
     write("table_decode", "three-releases", &table.encode_to_vec());
     write("table_decode", "sample", &mvp_routing::testing::sample().encode_to_vec());

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::apidiscovery::{APIGroupDiscovery, SharedGroup};
-use crate::capabilities::{Capabilities, Versions};
+use crate::discover::capabilities::{Capabilities, Versions};
 
 pub const AGGREGATED_KIND: &str = "APIGroupDiscoveryList";
 

@@ -9,6 +9,7 @@
 //! does not serve).
 
 pub mod aggregated;
+pub mod capabilities;
 mod fetch;
 pub mod known;
 pub mod openapi;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aggregated::{Root, RootView};
-pub use crate::capabilities::Capabilities;
+pub use crate::discover::capabilities::Capabilities;
 pub use fetch::{FetchError, Fetched};
 pub use known::KnownGroupVersions;
 pub use transport::Transport;

@@ -93,8 +93,8 @@ fn split_host_port(s: &str) -> Option<(String, u16)> {
 /// mvp-ext-proc as Envoy reaches it: a Unix socket (`pipe`) or a host and
 /// port.
 fn ext_proc_address(s: &str) -> Option<static_cluster::Address> {
-    if let Some(p) = s.strip_prefix(crate::grpc_listen::UNIX_PREFIX) {
-        return crate::grpc_listen::unix_path(p).ok().map(|_| static_cluster::Address::Pipe(p.to_string()));
+    if let Some(p) = s.strip_prefix(crate::grpc::listen::UNIX_PREFIX) {
+        return crate::grpc::listen::unix_path(p).ok().map(|_| static_cluster::Address::Pipe(p.to_string()));
     }
     split_host_port(s).map(|(host, port)| static_cluster::Address::HostPort(host, port))
 }

@@ -32,7 +32,7 @@ pub enum Address {
 ///
 /// With more than one replica, Envoy health-checks them over
 /// `grpc.health.v1` (NOT_SERVING until a replica's first table and from its
-/// graceful stop; `crate::grpc_health`) and fails over within about a
+/// graceful stop; `crate::grpc::health`) and fails over within about a
 /// second; with one there is nothing to fail over to.
 pub fn ext_proc(replicas: Vec<Address>) -> Result<Value, ConfigError> {
     let hostnames = replicas.iter().any(|a| matches!(a, Address::HostPort(host, _) if !is_ip(host)));

@@ -30,7 +30,7 @@ use crate::membership::MemberSet;
 use crate::xds::{Accepted, ClusterOptions, EndpointMember, Snapshot};
 use poll::MemberId;
 use crate::merge::MergedDocument;
-use crate::metrics::Metrics;
+use crate::operate::metrics::Metrics;
 use crate::openapi::{MergedOpenApi, ServerOpenApi};
 use state::ServerState;
 

@@ -19,9 +19,9 @@ use super::persist::Persisted;
 use super::state::ServerState;
 use crate::discover::ServerView;
 use crate::merge::MergedDocument;
-use crate::metrics::Metrics;
+use crate::operate::metrics::Metrics;
 use crate::openapi::{MergedOpenApi, ServerOpenApi};
-use crate::routing_table;
+use crate::table;
 use crate::unchanged::{same, same_named};
 use crate::xds::{EndpointMember, Snapshot};
 
@@ -129,14 +129,14 @@ impl Syncer {
     /// stall ext_proc answers on the runtime.
     async fn publish_table(&mut self) {
         let states = self.states();
-        let Ok(new) = tokio::task::spawn_blocking(move || routing_table::build(states.iter().map(ServerState::member))).await else {
+        let Ok(new) = tokio::task::spawn_blocking(move || table::build::build(states.iter().map(ServerState::member))).await else {
             tracing::error!("routing table build did not complete; keeping the last table");
             return;
         };
         if new.version != self.table_tx.borrow().version {
             // A walk over the whole table (about a millisecond at CRD
             // scale): once per change, for the log line and the gauge.
-            let resources = routing_table::resource_count(&new);
+            let resources = table::build::resource_count(&new);
             tracing::info!(version = format!("{:016x}", new.version), apiservers = new.apiservers.len(), resources, "routing table changed");
             self.metrics.table_changed(resources);
             self.table_tx.send_replace(Arc::new(new));

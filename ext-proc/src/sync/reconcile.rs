@@ -144,7 +144,7 @@ mod tests {
     use super::*;
     use crate::discover::ServerView;
     use crate::membership::Desired;
-    use crate::routing_table;
+    use crate::table::build::build as build_table;
 
     /// A loop with no members, an hour between reads and an hour's
     /// retention: the tests drive it by hand.
@@ -156,7 +156,7 @@ mod tests {
             state_file: None,
             departed_retention: std::time::Duration::from_secs(3600),
         };
-        Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new()).0
+        Syncer::new(&Arc::default(), transport, options, crate::operate::metrics::Metrics::new()).0
     }
 
     fn members(prefix: &str, base: u16) -> MemberSet {
@@ -179,7 +179,7 @@ mod tests {
         assert_eq!(syncer.slots.len(), MAX_APISERVERS);
         assert!(syncer.slots.iter().all(|s| s.state.spec.name.starts_with("new-") && s.state.departed.is_none()));
         let states = syncer.states();
-        let table = routing_table::build(states.iter().map(|s| s.member()));
+        let table = build_table(states.iter().map(|s| s.member()));
         assert_eq!(table.apiservers.len(), MAX_APISERVERS);
         let metrics = syncer.metrics.encode();
         assert!(!metrics.contains("apiserver=\"old-"), "a forgotten member's series stayed: {metrics}");

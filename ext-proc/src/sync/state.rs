@@ -30,7 +30,7 @@ use std::time::Instant;
 use crate::apiservers::ApiserverSpec;
 use crate::discover::ServerView;
 use crate::openapi::ServerOpenApi;
-use crate::routing_table::Member;
+use crate::table::build::Member;
 
 #[derive(Debug, Clone)]
 pub struct ServerState {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 
-use mvp_ext_proc::grpc_listen::UNIX_PREFIX;
+use mvp_ext_proc::grpc::listen::UNIX_PREFIX;
 
 use super::process::{arg, wait_for};
 use super::tools::wasm_file;

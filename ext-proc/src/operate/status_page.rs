@@ -97,7 +97,7 @@ code{{font-size:13px}}
         members = s.states.len(),
         version = s.table.version,
         table_age = ago(table_age),
-        resources = crate::routing_table::resource_count(s.table),
+        resources = crate::table::build::resource_count(s.table),
     );
 
     out.push_str("<h2>Apiservers</h2>\n<div class=\"wrap\"><table id=\"apiservers\"><tr><th>name</th><th>health</th><th>release</th><th>address</th><th>resources</th><th>last discovery</th><th>last error</th></tr>\n");

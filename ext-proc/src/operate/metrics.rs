@@ -1,4 +1,4 @@
-//! Prometheus metrics, served on `/metrics` by [`crate::admin`]. Names follow
+//! Prometheus metrics, served on `/metrics` by [`crate::operate::admin`]. Names follow
 //! kube-apiserver's where the concept is the same
 //! (`apiserver_peer_discovery_sync_errors_total`).
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::discover::ServerView;
-use crate::metrics::Metrics;
+use crate::operate::metrics::Metrics;
 use crate::sync::Published;
 use mvp_protos::routing::v1 as pb;
 
@@ -41,7 +41,7 @@ impl Counted {
         match *cached {
             Some((version, resources, bytes)) if version == t.version => (resources, bytes),
             _ => {
-                let (resources, bytes) = (crate::routing_table::resource_count(t), prost::Message::encoded_len(t));
+                let (resources, bytes) = (crate::table::build::resource_count(t), prost::Message::encoded_len(t));
                 *cached = Some((t.version, resources, bytes));
                 (resources, bytes)
             }
@@ -93,7 +93,7 @@ async fn status_page(State(s): State<AdminState>) -> Response {
     let p = &s.published;
     let (table, changed, states, merged, openapi) =
         (p.table.borrow().clone(), *p.table_changed.borrow(), p.states.borrow().clone(), p.merged.borrow().clone(), p.openapi.borrow().clone());
-    let html = crate::status_page::render(&crate::status_page::Snapshot {
+    let html = crate::operate::status_page::render(&crate::operate::status_page::Snapshot {
         table: &table,
         table_changed: changed,
         states: &states,
@@ -113,7 +113,7 @@ struct RouteQuery {
 /// request on the current table, and why (`mvp-ext-proc explain`).
 async fn debug_route(State(s): State<AdminState>, axum::extract::Query(q): axum::extract::Query<RouteQuery>) -> Response {
     let table = s.published.table.borrow().clone();
-    match crate::explain::explain(&table, q.method.as_deref().unwrap_or("GET"), &q.path) {
+    match crate::table::explain::explain(&table, q.method.as_deref().unwrap_or("GET"), &q.path) {
         Ok(e) => axum::Json(e).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("no routing table to explain with: {e}\n")).into_response(),
     }
@@ -176,7 +176,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::Capabilities;
+    use crate::discover::capabilities::Capabilities;
 
     fn view(resources: &[&str]) -> Arc<ServerView> {
         let mut capabilities = Capabilities::default();

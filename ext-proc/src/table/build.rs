@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 
 use crate::apiservers::MAX_APISERVERS;
-use crate::capabilities::{Capabilities, SortedMap};
+use crate::discover::capabilities::{Capabilities, SortedMap};
 use crate::openapi::ServerOpenApi;
 
 type Bits = u64;
