@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::harness::process::rss_kib;
-use crate::harness::{FakeSpec, FrontDoor, Options, plain_round_robin, wait_for};
+use integration::harness::process::rss_kib;
+use integration::harness::{FakeSpec, FrontDoor, Options, plain_round_robin, wait_for};
 use samplers::Samples;
 use timeline::Timeline;
 use workload::{AGGREGATED_ACCEPT, Item, Outcome, Tally, Verb};

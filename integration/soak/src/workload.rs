@@ -26,7 +26,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::timeline::{State, capable, capable_and_ready};
-use crate::harness::served_resources;
+use integration::harness::served_resources;
 
 /// Events a watch asks for after its first: 100 ms apart.
 pub const WATCH_BOOKMARKS: usize = 4;

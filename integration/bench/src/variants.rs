@@ -143,7 +143,7 @@ impl Variant {
                 let plugin = &mut wasm["typed_config"]["config"];
                 // Its own VM: shared data and VMs are per vm_id.
                 plugin["vm_config"]["vm_id"] = json!("bench-routing-floor");
-                plugin["vm_config"]["code"]["local"]["filename"] = json!(crate::harness::routing_floor_wasm()?.to_string_lossy());
+                plugin["vm_config"]["code"]["local"]["filename"] = json!(integration::harness::routing_floor_wasm()?.to_string_lossy());
                 plugin["configuration"]["value"] = json!(format!("{ROUTE}\n{}", fixed_hosts(table, address)));
             }
             Variant::ExtProc => {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::harness::topology::all_healthy;
-use crate::harness::{Ports, Proc, Topology, envoy_bin, ext_proc_bin, free_ports, wait_for};
+use integration::harness::topology::all_healthy;
+use integration::harness::{Ports, Proc, Topology, envoy_bin, ext_proc_bin, free_ports, wait_for};
 
 pub struct Backend {
     dir: PathBuf,

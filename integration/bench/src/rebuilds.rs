@@ -13,7 +13,7 @@ use mvp_ext_proc::merge::MergedDocument;
 use super::Settings;
 use super::backend::Backend;
 use super::load::Spread;
-use crate::harness::fixtures_dir;
+use integration::harness::fixtures_dir;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Rebuild {
@@ -41,11 +41,11 @@ pub(super) async fn rebuilds(backend: &Backend, settings: &Settings) -> Result<B
     struct Samples(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
     let mut samples: BTreeMap<&str, Samples> = BTreeMap::new();
     let mut current = backend.wait_table(|t| t["discovery"]["etag"].is_string()).await?["discovery"]["etag"].clone();
-    let mut isolated = Isolated::new(&serde_json::to_vec(&crate::harness::crd_heavy::apis(groups))?, &v130)?;
+    let mut isolated = Isolated::new(&serde_json::to_vec(&integration::harness::crd_heavy::apis(groups))?, &v130)?;
     for round in 1..=settings.rounds {
         let changes: [(&str, &str, Vec<u8>); 3] = [
-            ("every CRD group changed", "big", serde_json::to_vec(&crate::harness::crd_heavy::apis_revision(groups, round))?),
-            ("one CRD added", "big", serde_json::to_vec(&crate::harness::crd_heavy::apis_revision(groups + 1, round))?),
+            ("every CRD group changed", "big", serde_json::to_vec(&integration::harness::crd_heavy::apis_revision(groups, round))?),
+            ("one CRD added", "big", serde_json::to_vec(&integration::harness::crd_heavy::apis_revision(groups + 1, round))?),
             ("other apiserver upgraded", "old", if round % 2 == 1 { v133.clone() } else { v130.clone() }),
         ];
         for (what, server, body) in changes {

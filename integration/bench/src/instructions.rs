@@ -32,7 +32,7 @@ use super::api_set::ApiSet;
 use super::backend::Backend;
 use super::variants::Variant;
 use super::{check_routing, load, two_ports};
-use crate::harness::wait_for;
+use integration::harness::wait_for;
 
 /// How much to count.
 #[derive(Debug, Clone)]

@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 
 use integration::harness::real::{KubeMvp, RealControlPlane, Release, Spec, TOKENS};
 use integration::harness::{FrontDoor, Topology, plain_round_robin, plain_round_robin_bypassing_kube_mvp};
-use integration::soak::continuity;
-use integration::soak::samplers::{Sampler, Samples};
-use integration::soak::timeline::{Process, State, Timeline};
+use mvp_soak::continuity;
+use mvp_soak::samplers::{Sampler, Samples};
+use mvp_soak::timeline::{Process, State, Timeline};
 use serde_json::{Value, json};
 
 const DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use integration::bench::{Settings, render_table, run};
+use mvp_bench::{Settings, render_table, run};
 
 #[derive(Parser)]
 struct Args {

@@ -177,7 +177,7 @@ pub fn machine() -> BTreeMap<String, String> {
         .find_map(|l| l.strip_prefix("model name").map(|s| s.trim_start_matches([' ', '\t', ':']).to_string()))
         .unwrap_or_default();
     let cmd = |c: &str| Command::new("sh").args(["-c", c]).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-    let envoy = crate::harness::envoy_bin().map(|p| cmd(&format!("{} --version", p.display()))).unwrap_or_default();
+    let envoy = integration::harness::envoy_bin().map(|p| cmd(&format!("{} --version", p.display()))).unwrap_or_default();
     BTreeMap::from([
         ("cpu".into(), cpu),
         ("cores".into(), cmd("nproc")),

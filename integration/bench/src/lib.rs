@@ -35,7 +35,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use crate::harness::{Proc, free_ports};
+use integration::harness::{Proc, free_ports};
 use backend::{Backend, VM_MEMORY_STAT};
 use discovery::{Added, ApisDoors, CrdHeavy, crd_heavy, real_discovery};
 use load::{Latency, Spread, Throughput};
@@ -103,7 +103,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    crate::harness::process::rss_kib(pid) as f64 / 1024.0
+    integration::harness::process::rss_kib(pid) as f64 / 1024.0
 }
 
 /// Checks the variant routes the benchmark path the way it should.

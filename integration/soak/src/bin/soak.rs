@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use integration::soak::{Settings, report, run};
+use mvp_soak::{Settings, report, run};
 
 #[derive(Parser)]
 struct Args {

@@ -14,7 +14,7 @@ use super::backend::Backend;
 use super::rebuilds::{Rebuild, rebuilds};
 use super::load::{self, Latency, Spread};
 use super::{Settings, cpu_ticks, paired, percentile, round_order, rss_mib, two_ports, variants};
-use crate::harness::fixtures_dir;
+use integration::harness::fixtures_dir;
 
 /// The CRD-heavy `/apis` case.
 #[derive(Debug, Default, Serialize)]
@@ -190,7 +190,7 @@ pub const UNIX_MINUS_TCP: &str = "unix − tcp ";
 struct Measured {
     door: Door,
     /// Held: the Envoy runs as long as the door.
-    _envoy: crate::harness::Proc,
+    _envoy: integration::harness::Proc,
     url: String,
     all: Vec<f64>,
     p50: Vec<f64>,
@@ -245,7 +245,7 @@ pub(super) async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Set
     let (big, old) = (docs.join("big"), docs.join("old"));
     std::fs::create_dir_all(&big)?;
     std::fs::create_dir_all(&old)?;
-    let apis = serde_json::to_vec(&crate::harness::crd_heavy::apis(settings.crd_heavy_groups))?;
+    let apis = serde_json::to_vec(&integration::harness::crd_heavy::apis(settings.crd_heavy_groups))?;
     std::fs::write(big.join("apis.json"), &apis)?;
     std::fs::copy(fixtures_dir().join("v1.37/api.json"), big.join("api.json"))?;
     for f in ["api.json", "apis.json"] {

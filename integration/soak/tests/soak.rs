@@ -1,12 +1,12 @@
-//! The upgrade soak, bounded (see `integration::soak`; `scripts/soak.sh`
+//! The upgrade soak, bounded (see `mvp_soak`; `scripts/soak.sh`
 //! runs it long): three apiservers upgraded v1.30 → v1.33 → v1.37 under
 //! load, once by replacement at a new address and once with mvp-ext-proc
 //! SIGKILLed. Through mvp-envoy no answer is a wrong 404 or anything but a
 //! correct answer or an honest 503 Status; the plain round-robin Envoy
 //! beside it shows what the upgrade does without it.
 
-use integration::soak::workload::{OTHER, WRONG_404};
-use integration::soak::{Settings, report, run};
+use mvp_soak::workload::{OTHER, WRONG_404};
+use mvp_soak::{Settings, report, run};
 
 #[tokio::test]
 async fn a_whole_upgrade_under_load_gives_no_wrong_404_and_nothing_else() {
