@@ -15,7 +15,10 @@
 //!   → [`sync`] (a poller per member: `/readyz`, discovery, OpenAPI; opens a
 //!   member only once every connected Envoy acknowledged its endpoint) →
 //!   [`xds`] (ADS: CDS the apiserver clusters, EDS every member, DRAINING
-//!   once departed); the state file keeps API sets across restarts.
+//!   once departed); the [`state_file`] keeps API sets across restarts.
+//! - Each plane (endpoints, table, merged `/apis`, OpenAPI, state file)
+//!   follows the member states [`sync`] hands it and rebuilds only what
+//!   changed; the slow ones off the loop ([`latest`]).
 //! - OpenAPI path: [`discover`] → [`openapi`] (the merged `/openapi/v2` and
 //!   v3 index) → [`rewrite`].
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
@@ -33,6 +36,7 @@ pub mod cli;
 pub mod discover;
 pub mod envoy_config;
 pub mod grpc;
+pub mod latest;
 pub mod membership;
 pub mod memory;
 pub mod merge;
@@ -40,6 +44,7 @@ pub mod openapi;
 pub mod operate;
 pub mod rewrite;
 pub mod serve;
+pub mod state_file;
 pub mod stopping;
 pub mod sync;
 pub mod table;

@@ -4,6 +4,7 @@
 pub mod merged;
 pub mod order;
 pub mod peer_aggregated;
+pub mod plane;
 pub mod stale;
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! mixed control plane then sees one server's schemas (`kubectl explain`
 //! fails for a type only another server has). Here every schema is there.
 
+pub mod plane;
 pub mod protowire;
 pub mod v2;
 pub mod v3_index;

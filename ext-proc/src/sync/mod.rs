@@ -1,11 +1,11 @@
-//! membership → discover → table → publish: the sync loop (this file)
-//! follows the membership ([`reconcile`]: joins, departures, restarts),
-//! every member is
-//! read by its own loop ([`poll`]: its own schedule, its own deadline), the
-//! loop applies their reports to each member's [`state`], and
-//! [`outputs`] rebuilds what changed: who is open, Envoy's endpoints, the
-//! table, the state file ([`persist`]); the merged `/apis` and OpenAPI are
-//! built off the loop ([`latest`]).
+//! membership → discover → member states → the planes: the sync loop (this
+//! file) follows the membership ([`reconcile`]: joins, departures,
+//! restarts), every member is read by its own loop ([`poll`]: its own
+//! schedule, its own deadline), the loop applies their reports to each
+//! member's [`state`], decides who is open and hands the states to the
+//! planes that follow them ([`outputs`]): Envoy's endpoints, the routing
+//! table, the merged `/apis` and OpenAPI, the state file — each in its own
+//! folder, each rebuilding only what changed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,23 +15,24 @@ use std::collections::HashMap;
 
 use tokio::sync::{Notify, mpsc, watch};
 
-mod latest;
-pub mod persist;
 mod outputs;
-mod reconcile;
-
-use outputs::TableInput;
 pub mod poll;
+mod reconcile;
 pub mod state;
 
 use crate::apiservers::ApiserverSpec;
 use crate::discover::{DiscoveryOptions, Transport};
 use crate::membership::MemberSet;
-use crate::xds::{Accepted, ClusterOptions, EndpointMember, Snapshot};
-use poll::MemberId;
 use crate::merge::MergedDocument;
+use crate::merge::plane::DiscoveryPlane;
+use crate::openapi::MergedOpenApi;
+use crate::openapi::plane::OpenApiPlane;
 use crate::operate::metrics::Metrics;
-use crate::openapi::{MergedOpenApi, ServerOpenApi};
+use crate::state_file::persist;
+use crate::state_file::plane::StateFilePlane;
+use crate::table::plane::{TablePlane, Tables};
+use crate::xds::XdsPublisher;
+use poll::MemberId;
 use state::ServerState;
 
 #[derive(Debug, Clone)]
@@ -74,24 +75,13 @@ pub struct Syncer {
     /// Set once the first table is out: members joining after it are gated
     /// on Envoy knowing their address.
     started: bool,
-    xds: Option<XdsPublisher>,
-    table_tx: watch::Sender<Arc<pb::RoutingTable>>,
-    table_changed_tx: watch::Sender<std::time::SystemTime>,
     states_tx: watch::Sender<Arc<Vec<ServerState>>>,
-    /// Builds the merged `/apis` off this loop (see [`latest`]).
-    merger: latest::Latest<outputs::DiscoveryInputs>,
-    /// Builds the merged OpenAPI documents off this loop.
-    openapi_merger: latest::Latest<Vec<(String, Arc<ServerOpenApi>)>>,
-    /// The documents the last merged OpenAPI handed over was made of.
-    openapi_from: Option<Vec<(String, Arc<ServerOpenApi>)>>,
-    /// The views the last merged `/apis` handed over was made of.
-    merged_from: Option<outputs::DiscoveryInputs>,
-    /// What the current table was built from.
-    table_from: Vec<TableInput>,
-    /// Writes the state file off this loop (see [`outputs::StateWriter`]).
-    state_writer: Option<outputs::StateWriter>,
-    /// The views last handed to the state file writer.
-    persisted_from: Vec<outputs::Persisting>,
+    // The planes that follow the member states (see [`outputs`]).
+    xds: Option<XdsPublisher>,
+    table: TablePlane,
+    discovery: DiscoveryPlane,
+    openapi: OpenApiPlane,
+    state_file: Option<StateFilePlane>,
     metrics: Arc<Metrics>,
 }
 
@@ -111,18 +101,6 @@ impl Drop for Slot {
     }
 }
 
-/// Where the sync loop sends Envoy's endpoints (ADS).
-pub struct XdsPublisher {
-    pub options: ClusterOptions,
-    /// The peer TLS files' digest as they rotate
-    /// ([`crate::tls::reload`]): a change is a new cluster version.
-    pub tls_files: Option<watch::Receiver<String>>,
-    pub snapshot: watch::Sender<Arc<Snapshot>>,
-    pub accepted: watch::Receiver<Accepted>,
-    /// The members the current snapshot was built from.
-    pub from: Vec<EndpointMember>,
-}
-
 impl Syncer {
     /// `initial` is the membership at start (the static seed, if any);
     /// members in the state file that are not in it are restored when the
@@ -136,8 +114,7 @@ impl Syncer {
                 Err(e) => tracing::warn!(error = %e, "starting without the state file; it is rewritten on the next change"),
             }
         }
-        let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
-        let (table_changed_tx, table_changed) = watch::channel(std::time::SystemTime::now());
+        let (table, Tables { table: table_rx, changed: table_changed }) = TablePlane::new(metrics.clone());
         let (states_tx, states_rx) = watch::channel(Arc::new(Vec::new()));
         let (merged_tx, merged) = watch::channel(None);
         let (openapi_tx, openapi) = watch::channel(Arc::new(MergedOpenApi::default()));
@@ -152,25 +129,22 @@ impl Syncer {
             next_id: 1,
             restorable,
             started: false,
-            xds: None,
-            table_tx,
-            table_changed_tx,
             states_tx,
-            merger: outputs::merger(merged_tx, metrics.clone()),
-            openapi_merger: outputs::openapi_merger(openapi_tx),
-            openapi_from: None,
-            merged_from: None,
-            table_from: vec![],
-            state_writer: persisted.map(outputs::StateWriter::spawn),
-            persisted_from: vec![],
+            xds: None,
+            table,
+            discovery: DiscoveryPlane::new(merged_tx, metrics.clone()),
+            openapi: OpenApiPlane::new(openapi_tx),
+            state_file: None,
             metrics,
         };
         for d in initial.iter() {
             syncer.join(d, false);
         }
-        syncer.persisted_from = syncer.slots.iter().map(|s| (s.state.view.clone(), s.state.openapi.clone())).collect();
+        // What the file holds already needs no write until it changes.
+        let restored = syncer.slots.iter().map(|s| (s.state.view.clone(), s.state.openapi.clone())).collect();
+        syncer.state_file = persisted.map(|file| StateFilePlane::spawn(file, restored));
         syncer.states_tx.send_replace(Arc::new(syncer.states()));
-        (syncer, Published { table, table_changed, states: states_rx, merged, openapi })
+        (syncer, Published { table: table_rx, table_changed, states: states_rx, merged, openapi })
     }
 
     /// Members in the state file but not in the initial membership: with

@@ -11,7 +11,7 @@
 //!   front door — never another server's 404, which client-go reads as
 //!   "deleted"; its healthy peers are listed first for everything shared.
 //! - The view survives mvp-ext-proc restarts through the state file
-//!   (`persist.rs`): a member that is down when mvp-ext-proc starts keeps
+//!   (`state_file/persist.rs`): a member that is down when mvp-ext-proc starts keeps
 //!   the API set it last had.
 //! - One server's failure never changes any other server's entry.
 //! - Open (sent new requests) only while it is a member, ready (`/readyz`),
@@ -205,7 +205,7 @@ impl ServerState {
 
     /// Starts from what an earlier run persisted: unhealthy (not read yet),
     /// but routing by what it last served (its OpenAPI v3 keys too).
-    pub fn restored(&mut self, stored: super::persist::Stored) {
+    pub fn restored(&mut self, stored: crate::state_file::persist::Stored) {
         self.view = Some(Arc::new(stored.view));
         self.openapi = stored.openapi;
         self.last_error = Some("not read since mvp-ext-proc started (API set from the state file)".into());
@@ -258,7 +258,7 @@ mod tests {
         let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
         let mut caps = Capabilities::default();
         caps.add_resource_name("batch", "v2alpha1", "cronjobs");
-        s.restored(super::super::persist::Stored { view: view(caps.clone()), openapi: None });
+        s.restored(crate::state_file::persist::Stored { view: view(caps.clone()), openapi: None });
         assert!(!s.healthy);
         assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }

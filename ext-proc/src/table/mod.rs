@@ -5,4 +5,5 @@
 
 pub mod build;
 pub mod explain;
+pub mod plane;
 pub mod service;

@@ -18,6 +18,7 @@ pub mod accepted;
 pub mod ads;
 pub mod clusters;
 pub mod endpoints;
+pub mod publisher;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ pub use accepted::Accepted;
 pub use ads::AdsServer;
 pub use clusters::ClusterOptions;
 pub use endpoints::EndpointMember;
+pub use publisher::XdsPublisher;
 
 pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 pub const ENDPOINT_TYPE: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";

@@ -1,0 +1,54 @@
+//! The merged OpenAPI plane: follows every member's OpenAPI documents and
+//! merges them (megabytes of JSON and protobuf) off the sync loop
+//! ([`crate::latest`]) when some changed — pointer equality says unchanged.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::{Merged, MergedOpenApi, ServerOpenApi};
+use crate::latest::Latest;
+use crate::unchanged::same_named;
+
+/// Each member's documents, by name.
+pub type OpenApiInputs = Vec<(String, Arc<ServerOpenApi>)>;
+
+pub struct OpenApiPlane {
+    merger: Latest<OpenApiInputs>,
+    /// What the last merge handed over was made of.
+    from: Option<OpenApiInputs>,
+}
+
+impl OpenApiPlane {
+    pub fn new(merged: watch::Sender<Arc<MergedOpenApi>>) -> OpenApiPlane {
+        OpenApiPlane { merger: merger(merged), from: None }
+    }
+
+    /// Hands the documents to the merger when some changed.
+    pub fn follow(&mut self, inputs: OpenApiInputs) {
+        if self.from.as_ref().is_some_and(|from| same_named(&inputs, from)) {
+            return;
+        }
+        self.from = Some(inputs.clone());
+        self.merger.hand_over(inputs);
+    }
+}
+
+fn merger(merged: watch::Sender<Arc<MergedOpenApi>>) -> Latest<OpenApiInputs> {
+    Latest::spawn(
+        "merged OpenAPI",
+        |inputs: &OpenApiInputs| MergedOpenApi::build(inputs),
+        move |m, took| {
+            let bytes = |m: &Option<Merged>| m.as_ref().map_or(0, |m| m.body.identity.len());
+            tracing::info!(
+                sources = ?m.sources,
+                v2_json_bytes = bytes(&m.v2_json),
+                v2_protobuf_bytes = bytes(&m.v2_protobuf),
+                v3_index_bytes = bytes(&m.v3_index),
+                ?took,
+                "merged OpenAPI rebuilt"
+            );
+            merged.send_replace(Arc::new(m));
+        },
+    )
+}

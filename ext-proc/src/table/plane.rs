@@ -1,0 +1,106 @@
+//! The routing table plane: follows every member's part in the table (its
+//! view and OpenAPI index by identity, health, open/pending/draining,
+//! address) and builds and publishes a new table when one changed — on a
+//! blocking thread: a CRD-heavy table is large enough to stall ext_proc
+//! answers on the runtime. [`super::service`] serves what it publishes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use mvp_protos::routing::v1 as pb;
+use tokio::sync::watch;
+
+use super::build::{self, Member};
+use crate::discover::ServerView;
+use crate::openapi::ServerOpenApi;
+use crate::operate::metrics::Metrics;
+use crate::unchanged::same;
+
+/// One member's part in the table, owned (it goes to the building thread);
+/// its view and OpenAPI documents compared by identity.
+#[derive(Clone)]
+pub struct TableMember {
+    pub name: String,
+    pub address: Option<SocketAddr>,
+    pub healthy: bool,
+    pub open: bool,
+    pub pending: bool,
+    pub draining: bool,
+    pub view: Option<Arc<ServerView>>,
+    pub openapi: Option<Arc<ServerOpenApi>>,
+}
+
+impl TableMember {
+    fn member(&self) -> Member<'_> {
+        Member {
+            name: &self.name,
+            address: self.address,
+            healthy: self.healthy,
+            open: self.open,
+            pending: self.pending,
+            draining: self.draining,
+            capabilities: self.view.as_deref().map(|v| &v.capabilities),
+            openapi: self.openapi.as_deref(),
+        }
+    }
+}
+
+impl PartialEq for TableMember {
+    fn eq(&self, o: &Self) -> bool {
+        self.name == o.name
+            && same(&self.view, &o.view)
+            && same(&self.openapi, &o.openapi)
+            && (self.healthy, self.open, self.pending, self.draining, self.address) == (o.healthy, o.open, o.pending, o.draining, o.address)
+    }
+}
+
+pub struct TablePlane {
+    table: watch::Sender<Arc<pb::RoutingTable>>,
+    changed: watch::Sender<SystemTime>,
+    /// What the current table was built from.
+    from: Vec<TableMember>,
+    metrics: Arc<Metrics>,
+}
+
+/// What the rest of the process reads of the table plane.
+pub struct Tables {
+    pub table: watch::Receiver<Arc<pb::RoutingTable>>,
+    /// When the table last changed.
+    pub changed: watch::Receiver<SystemTime>,
+}
+
+impl TablePlane {
+    pub fn new(metrics: Arc<Metrics>) -> (TablePlane, Tables) {
+        let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let (changed_tx, changed) = watch::channel(SystemTime::now());
+        (TablePlane { table: table_tx, changed: changed_tx, from: vec![], metrics }, Tables { table, changed })
+    }
+
+    /// Builds and publishes the table when a member's part changed (and the
+    /// first time, whatever it holds).
+    pub async fn follow(&mut self, members: Vec<TableMember>) {
+        if members == self.from && self.table.borrow().version != 0 {
+            return;
+        }
+        let built = tokio::task::spawn_blocking(move || {
+            let table = build::build(members.iter().map(TableMember::member));
+            (table, members)
+        })
+        .await;
+        let Ok((new, members)) = built else {
+            tracing::error!("routing table build did not complete; keeping the last table");
+            return;
+        };
+        self.from = members;
+        if new.version != self.table.borrow().version {
+            // A walk over the whole table (about a millisecond at CRD
+            // scale): once per change, for the log line and the gauge.
+            let resources = build::resource_count(&new);
+            tracing::info!(version = format!("{:016x}", new.version), apiservers = new.apiservers.len(), resources, "routing table changed");
+            self.metrics.table_changed(resources);
+            self.table.send_replace(Arc::new(new));
+            self.changed.send_replace(SystemTime::now());
+        }
+    }
+}
