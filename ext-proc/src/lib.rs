@@ -26,7 +26,8 @@
 //! - [`grpc`]: the listeners Envoy reaches (TCP, Unix socket) and the
 //!   `grpc.health.v1` service that tells Envoy which replica can answer.
 //! - Operators: [`operate`] (`/` the status page, `/metrics`, `/healthz`,
-//!   `/readyz`, `/table`, `/debug/route` = the table's explain).
+//!   `/readyz`, `/table`, `/debug/route` = the table's explain) over
+//!   [`metrics`], which every part updates.
 //! - [`cli`] turns flags into options; [`serve`] wires the processes;
 //!   [`stopping`] is their graceful stop.
 
@@ -40,6 +41,7 @@ pub mod latest;
 pub mod membership;
 pub mod memory;
 pub mod merge;
+pub mod metrics;
 pub mod openapi;
 pub mod operate;
 pub mod rewrite;
@@ -48,6 +50,7 @@ pub mod state_file;
 pub mod stopping;
 pub mod sync;
 pub mod table;
+pub mod thread_cpu;
 pub mod tls;
 pub mod unchanged;
 pub mod xds;

@@ -11,7 +11,7 @@ use anyhow::Context;
 use crate::apiservers::{self, ApiserverSpec};
 use crate::discover::{DiscoveryOptions, Transport};
 use crate::grpc::listen::GrpcListen;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::sync::{SyncOptions, Syncer};
 use crate::tls::PeerTls;
 use crate::stopping::Stop;

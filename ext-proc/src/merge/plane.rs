@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use super::MergedDocument;
 use crate::discover::ServerView;
 use crate::latest::Latest;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::unchanged::same_named;
 
 /// What the merged `/apis` is built from: every member's view, and which of

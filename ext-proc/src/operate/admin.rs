@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::discover::ServerView;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::sync::Published;
 use mvp_protos::routing::v1 as pb;
 

@@ -1,9 +1,7 @@
 //! What operators see: the admin server ([`admin`]: `/metrics`, `/healthz`,
-//! `/readyz`, `/table`, `/debug/route`), its status page
-//! ([`status_page`]), the metrics ([`metrics`]) and the per-thread CPU
-//! time they report ([`thread_cpu`]).
+//! `/readyz`, `/table`, `/debug/route`) and its status page
+//! ([`status_page`]). The metrics themselves are [`crate::metrics`], which
+//! every part updates.
 
 pub mod admin;
-pub mod metrics;
 pub mod status_page;
-pub mod thread_cpu;

@@ -17,7 +17,7 @@ use super::openapi::{Upstream, decide_v2, decide_v3_index};
 use super::response;
 use super::stream::{Responses, answer_each};
 use crate::merge::MergedDocument;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::openapi::MergedOpenApi;
 
 #[derive(Clone)]

@@ -27,7 +27,7 @@ use crate::merge::MergedDocument;
 use crate::merge::plane::DiscoveryPlane;
 use crate::openapi::MergedOpenApi;
 use crate::openapi::plane::OpenApiPlane;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::state_file::persist;
 use crate::state_file::plane::StateFilePlane;
 use crate::table::plane::{TablePlane, Tables};

@@ -156,7 +156,7 @@ mod tests {
             state_file: None,
             departed_retention: std::time::Duration::from_secs(3600),
         };
-        Syncer::new(&Arc::default(), transport, options, crate::operate::metrics::Metrics::new()).0
+        Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new()).0
     }
 
     fn members(prefix: &str, base: u16) -> MemberSet {

@@ -147,27 +147,34 @@ pub fn resource_count(t: &pb::RoutingTable) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::state::ServerState;
+    use crate::table::plane::TableMember;
 
-    fn build(states: &[ServerState]) -> pb::RoutingTable {
-        super::build(states.iter().map(ServerState::member))
+    fn build(members: &[TableMember]) -> pb::RoutingTable {
+        super::build(members.iter().map(TableMember::member))
     }
-    use std::time::Instant;
 
-    fn state(name: &str, port: u16, resources: &[(&str, &str, &str)]) -> ServerState {
-        let mut s = ServerState::new(format!("{name}=http://127.0.0.1:{port}").parse().unwrap());
+    /// A healthy, open member at 127.0.0.1:`port` serving `resources`.
+    fn member(name: &str, port: u16, resources: &[(&str, &str, &str)]) -> TableMember {
         let mut caps = Capabilities::default();
         for (g, v, r) in resources {
             caps.add_resource_name(g, v, r);
         }
-        s.succeeded(std::sync::Arc::new(crate::discover::ServerView { capabilities: caps, groups: Default::default() }), Instant::now());
-        s
+        TableMember {
+            name: name.into(),
+            address: Some(format!("127.0.0.1:{port}").parse().unwrap()),
+            healthy: true,
+            open: true,
+            pending: false,
+            draining: false,
+            view: Some(std::sync::Arc::new(crate::discover::ServerView { capabilities: caps, groups: Default::default() })),
+            openapi: None,
+        }
     }
 
     #[test]
     fn builds_bitmasks_and_stable_versions() {
-        let a = state("a", 1, &[("", "v1", "pods"), ("", "v1", "pods/status"), ("apps", "v1", "deployments")]);
-        let b = state("b", 2, &[("", "v1", "pods"), ("resource.k8s.io", "v1", "resourceclaims")]);
+        let a = member("a", 1, &[("", "v1", "pods"), ("", "v1", "pods/status"), ("apps", "v1", "deployments")]);
+        let b = member("b", 2, &[("", "v1", "pods"), ("resource.k8s.io", "v1", "resourceclaims")]);
         let t = build(&[a.clone(), b.clone()]);
         assert_eq!(t.apiservers.len(), 2);
         assert_eq!(t.apiservers[1].address, "127.0.0.1:2");
@@ -188,9 +195,8 @@ mod tests {
 
     #[test]
     fn unresolved_servers_are_left_out() {
-        let a = state("a", 1, &[("", "v1", "pods")]);
-        let mut b = ServerState::new("b=http://apiserver-b.invalid:6443".parse().unwrap());
-        b.succeeded(Default::default(), Instant::now());
+        let a = member("a", 1, &[("", "v1", "pods")]);
+        let b = TableMember { name: "b".into(), address: None, ..member("b", 0, &[]) };
         let t = build(&[b, a]);
         assert_eq!(t.apiservers.len(), 1);
         assert_eq!(t.apiservers[0].name, "a");

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::build::{self, Member};
 use crate::discover::ServerView;
 use crate::openapi::ServerOpenApi;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::unchanged::same;
 
 /// One member's part in the table, owned (it goes to the building thread);
@@ -32,7 +32,7 @@ pub struct TableMember {
 }
 
 impl TableMember {
-    fn member(&self) -> Member<'_> {
+    pub(super) fn member(&self) -> Member<'_> {
         Member {
             name: &self.name,
             address: self.address,

@@ -31,7 +31,7 @@ use tonic::codegen::{Body as HttpBody, BoxFuture, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::stopping::Stopping;
 
 const SERVICE: &str = "mvp.routing.v1.RoutingTableService";

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::PeerTls;
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// How often the files are read: a few KiB, compared by digest.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);

@@ -30,7 +30,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::accepted::{ACK_GRACE, Accepted, Streams};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
-use crate::operate::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::stopping::Stopping;
 
 #[derive(Clone)]
