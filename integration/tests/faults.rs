@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use integration::harness::process::rss_kib;
-use integration::harness::tally::{PATHS, Tally, after_requests, load};
+use integration::harness::tally::{PATHS, Tally, after_requests, load_paths};
 use integration::harness::{FakeSpec, FrontDoor, Options, served_by, wait_for};
 use serde_json::Value;
 
@@ -29,7 +29,7 @@ async fn apiserver_churn_under_load_gives_only_correct_answers_and_503_status() 
     let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
     const V137_ONLY: &[&str] = &["/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests"];
     let v137_only = V137_ONLY;
-    let tasks = load(&door, 8, stop.clone(), tally.clone(), v137_only);
+    let tasks = load_paths(PATHS, &door, 8, stop.clone(), tally.clone(), v137_only);
     after_requests(&tally, 2000).await;
     let rss_before = (rss_kib(door.envoy.pid()), rss_kib(door.ext_proc.pid()));
     for cycle in 0..6 {
@@ -62,7 +62,7 @@ async fn apiserver_churn_under_load_gives_only_correct_answers_and_503_status() 
 async fn routing_continues_while_mvp_ext_proc_is_killed() {
     let mut door = FrontDoor::start(&three(), Options::default()).await.unwrap();
     let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
-    let tasks = load(&door, 8, stop.clone(), tally.clone(), &[]);
+    let tasks = load_paths(PATHS, &door, 8, stop.clone(), tally.clone(), &[]);
     after_requests(&tally, 1000).await;
     door.ext_proc.kill();
     after_requests(&tally, 3000).await;
@@ -90,7 +90,7 @@ async fn a_restart_while_an_apiserver_hangs_changes_nothing_for_the_others() {
     door.wait_table_published(closed).await.unwrap();
     let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
     let only_v130: &'static [&'static str] = &["/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"];
-    let tasks = load(&door, 4, stop.clone(), tally.clone(), only_v130);
+    let tasks = load_paths(PATHS, &door, 4, stop.clone(), tally.clone(), only_v130);
     after_requests(&tally, 200).await;
     door.restart_ext_proc().await.unwrap();
     after_requests(&tally, 1000).await;

@@ -76,7 +76,8 @@ impl Syncer {
     }
 }
 
-fn table_member(s: &ServerState) -> TableMember {
+/// A member's part in the routing table.
+pub(super) fn table_member(s: &ServerState) -> TableMember {
     TableMember {
         name: s.spec.name.clone(),
         address: s.address,

@@ -145,6 +145,7 @@ mod tests {
     use crate::discover::ServerView;
     use crate::membership::Desired;
     use crate::table::build::build as build_table;
+    use crate::table::plane::TableMember;
 
     /// A loop with no members, an hour between reads and an hour's
     /// retention: the tests drive it by hand.
@@ -179,7 +180,8 @@ mod tests {
         assert_eq!(syncer.slots.len(), MAX_APISERVERS);
         assert!(syncer.slots.iter().all(|s| s.state.spec.name.starts_with("new-") && s.state.departed.is_none()));
         let states = syncer.states();
-        let table = build_table(states.iter().map(|s| s.member()));
+        let members: Vec<TableMember> = states.iter().map(super::super::outputs::table_member).collect();
+        let table = build_table(members.iter().map(TableMember::member));
         assert_eq!(table.apiservers.len(), MAX_APISERVERS);
         let metrics = syncer.metrics.encode();
         assert!(!metrics.contains("apiserver=\"old-"), "a forgotten member's series stayed: {metrics}");

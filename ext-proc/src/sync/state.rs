@@ -30,7 +30,6 @@ use std::time::Instant;
 use crate::apiservers::ApiserverSpec;
 use crate::discover::ServerView;
 use crate::openapi::ServerOpenApi;
-use crate::table::build::Member;
 
 #[derive(Debug, Clone)]
 pub struct ServerState {
@@ -181,20 +180,6 @@ impl ServerState {
         self.current = true;
         self.last_success = Some(now);
         self.last_error = None;
-    }
-
-    /// How the routing table sees it.
-    pub fn member(&self) -> Member<'_> {
-        Member {
-            name: &self.spec.name,
-            address: self.address,
-            healthy: self.healthy,
-            open: self.open,
-            pending: self.pending,
-            draining: self.draining,
-            capabilities: self.view.as_deref().map(|v| &v.capabilities),
-            openapi: self.openapi.as_deref(),
-        }
     }
 
     /// A read that failed: unhealthy, the last known view kept.

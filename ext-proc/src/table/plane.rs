@@ -32,7 +32,7 @@ pub struct TableMember {
 }
 
 impl TableMember {
-    pub(super) fn member(&self) -> Member<'_> {
+    pub fn member(&self) -> Member<'_> {
         Member {
             name: &self.name,
             address: self.address,

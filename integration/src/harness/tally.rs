@@ -108,19 +108,9 @@ impl Tally {
     }
 }
 
-/// `clients` tasks request PATHS round robin until `stop`; paths in
-/// `may_503` may answer the 503 Status (their only server is down).
-pub fn load(
-    door: &FrontDoor,
-    clients: usize,
-    stop: Arc<AtomicBool>,
-    tally: Arc<Tally>,
-    may_503: &'static [&'static str],
-) -> Vec<tokio::task::JoinHandle<()>> {
-    load_paths(PATHS, door, clients, stop, tally, may_503)
-}
-
-/// [`load`] over `paths`.
+/// `clients` tasks request `paths` round robin until `stop` (e.g.
+/// [`PATHS`]); paths in `may_503` may answer the 503 Status (their only
+/// server is down).
 pub fn load_paths(
     paths: &'static [(&'static str, &'static [&'static str])],
     door: &FrontDoor,
