@@ -18,7 +18,8 @@
 //!   once departed); the [`state_file`] keeps API sets across restarts.
 //! - Each plane (endpoints, table, merged `/apis`, OpenAPI, state file)
 //!   follows the member states [`sync`] hands it and rebuilds only what
-//!   changed; the slow ones off the loop ([`latest`]).
+//!   changed, in its folder's `plane.rs`; the slow ones off the loop
+//!   ([`latest`]).
 //! - OpenAPI path: [`discover`] → [`openapi`] (the merged `/openapi/v2` and
 //!   v3 index) → [`rewrite`].
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
@@ -35,6 +36,7 @@ pub mod apidiscovery;
 pub mod apiservers;
 pub mod cli;
 pub mod discover;
+pub mod encoded;
 pub mod envoy_config;
 pub mod grpc;
 pub mod latest;

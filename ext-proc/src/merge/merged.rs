@@ -7,55 +7,15 @@
 //! fragments, exactly what encoding the whole list writes (tested).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde::Serialize;
 
 use super::{peer_aggregated, stale};
+pub use crate::encoded::Encoded;
 use crate::apidiscovery::go_json::go_json_into;
 use crate::apidiscovery::{self as ad, APIGroupDiscovery, APIGroupDiscoveryList, SharedGroup, Str, etag, go_json, protobuf};
-
-/// kube-apiserver gzips a response only above this size
-/// (`responsewriters.defaultGzipThresholdBytes`).
-pub const GZIP_THRESHOLD: usize = 128 * 1024;
-
-/// One encoding of the document, with its gzip form when kube would gzip it.
-#[derive(Debug, Clone)]
-pub struct Encoded {
-    pub identity: Bytes,
-    pub gzip: Option<Bytes>,
-}
-
-impl Encoded {
-    pub fn new(body: Vec<u8>) -> Encoded {
-        Encoded::from_tail(body, 0)
-    }
-
-    /// `body` from `start` on (what precedes it is unused room).
-    pub fn from_tail(body: Vec<u8>, start: usize) -> Encoded {
-        let identity = tight(body);
-        let identity = identity.slice(start.min(identity.len())..);
-        let gzip = (identity.len() > GZIP_THRESHOLD).then(|| {
-            // Level 1, as kube-apiserver gzips responses
-            // (`defaultGzipContentEncodingLevel`): a fraction of level 6's CPU
-            // for a similar ratio (5.5 MB CRD-heavy /apis: see docs/discovery.md).
-            let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(identity.len() / 4), flate2::Compression::fast());
-            // Writing into a Vec cannot fail.
-            let _ = enc.write_all(&identity);
-            tight(enc.finish().unwrap_or_default())
-        });
-        Encoded { identity, gzip }
-    }
-}
-
-/// Kept for as long as the document is served: no unused capacity.
-fn tight(mut v: Vec<u8>) -> Bytes {
-    v.shrink_to_fit();
-    Bytes::from(v)
-}
 
 #[derive(Debug, Clone)]
 pub struct MergedDocument {

@@ -1,10 +1,15 @@
 //! `/openapi/*` across apiservers: discover (each apiserver's `/openapi/v2`
 //! in both forms and its `/openapi/v3` index, read in
-//! [`crate::discover::openapi`]) → merge (here, once per change, off the
+//! `discover/openapi.rs`) → merge (here, once per change, off the
 //! async runtime) → rewrite (Envoy's ext_proc on `/openapi/v2` and
-//! `/openapi/v3`, [`crate::rewrite`]). `/openapi/v3/{key}` documents are not
+//! `/openapi/v3`, in `rewrite`). `/openapi/v3/{key}` documents are not
 //! merged: the wasm filter routes each to the servers whose index lists the
 //! key (the routing table's `openapi_v3` entries).
+//!
+//! The same three stages as `/apis`, each where its kind lives: reading
+//! with the rest of a server's discovery (the `Discoverer`'s own requests,
+//! ETags and deadline), merging here ([`plane`] follows the members'
+//! documents), answering with the rest of Envoy's ext_proc exchanges.
 //!
 //! kube's own Mixed Version Proxy serves `/openapi/*` locally; a client of a
 //! mixed control plane then sees one server's schemas (`kubectl explain`
@@ -20,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::apidiscovery::etag::quoted_sha512;
-use crate::merge::merged::Encoded;
+use crate::encoded::Encoded;
 
 /// The protobuf form of `/openapi/v2` (kubectl's `Accept`).
 pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";

@@ -14,7 +14,7 @@ use super::exchange::Exchange;
 use super::negotiate::{Format, Plan};
 use crate::apidiscovery::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, etag};
 use crate::merge::MergedDocument;
-use crate::merge::merged::Encoded;
+use crate::encoded::Encoded;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {

@@ -61,7 +61,7 @@ fn replace<'d>(x: &Exchange, up: &Upstream<'_>, doc: Option<&'d Merged>, content
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::merge::merged::Encoded;
+    use crate::encoded::Encoded;
 
     fn merged() -> MergedOpenApi {
         let m = |b: &str| Some(Merged { etag: format!("\"{b}\""), body: Encoded::new(b.as_bytes().to_vec()) });

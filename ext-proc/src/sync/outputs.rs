@@ -1,6 +1,6 @@
 //! What the sync loop publishes: who is open (decided here, from what the
 //! connected Envoys acknowledged), then each member's state handed to the
-//! planes that follow it — Envoy's endpoints ([`crate::xds::publisher`]),
+//! planes that follow it — Envoy's endpoints ([`crate::xds::plane`]),
 //! the routing table ([`crate::table::plane`]), the merged `/apis`
 //! ([`crate::merge::plane`]) and OpenAPI ([`crate::openapi::plane`]), the
 //! state file ([`crate::state_file::plane`]). Each plane keeps what it was

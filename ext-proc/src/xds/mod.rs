@@ -18,7 +18,7 @@ pub mod accepted;
 pub mod ads;
 pub mod clusters;
 pub mod endpoints;
-pub mod publisher;
+pub mod plane;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -34,7 +34,7 @@ pub use accepted::Accepted;
 pub use ads::AdsServer;
 pub use clusters::ClusterOptions;
 pub use endpoints::EndpointMember;
-pub use publisher::XdsPublisher;
+pub use plane::XdsPublisher;
 
 pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 pub const ENDPOINT_TYPE: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
