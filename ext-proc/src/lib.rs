@@ -7,7 +7,7 @@
 //!   versioned; `GetTable` for Envoy's wasm refresher, long-polled; the
 //!   routing decision explained).
 //! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
-//!   encoded, built off the loop, freed memory handed back by [`memory`]) →
+//!   [`encoded`], built off the loop, freed memory handed back by [`memory`]) →
 //!   [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`] holds
 //!   Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
 //! - membership path: the `--apiserver` seeds and [`membership`] (identity
