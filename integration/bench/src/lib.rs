@@ -171,7 +171,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
             false => None,
         };
         let capable: Vec<String> = table.routed_servers();
-        for variant in list.into_iter().filter(|_| settings.front_door) {
+        for variant in list.into_iter().filter(|_| settings.front_door && settings.variants) {
             let (listen, admin) = two_ports();
             let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
             let envoy = backend.envoy(&format!("{}-{gvrs}", variant.name()), &config, listen, admin, 1, variant.uses_wasm()).await?;

@@ -35,6 +35,8 @@ pub struct Settings {
     /// Which parts run: the front-door variants and propagation, and the
     /// `/apis` cases. A full run (what BENCHMARKS.md holds) runs both.
     pub front_door: bool,
+    /// With `front_door`: the filter variants too (off: propagation only).
+    pub variants: bool,
     pub discovery: bool,
     /// Instructions per request under callgrind ([`instructions`]), for the
     /// doors the goals compare closely.
@@ -61,6 +63,7 @@ impl Settings {
             crd_heavy_clients: 16,
             crd_heavy_groups: 3000,
             front_door: true,
+            variants: true,
             discovery: true,
             count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5) }),
         }
@@ -83,6 +86,7 @@ impl Settings {
             crd_heavy_clients: 4,
             crd_heavy_groups: 300,
             front_door: true,
+            variants: true,
             discovery: true,
             count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1) }),
         }

@@ -34,14 +34,7 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
     match args.only.as_deref() {
         Some("front-door") => (settings.discovery, settings.count) = (false, None),
-        Some("propagation") => {
-            (
-                settings.discovery,
-                settings.count,
-                settings.rounds,
-                settings.pairs,
-            ) = (false, None, 0, 0)
-        }
+        Some("propagation") => (settings.discovery, settings.count, settings.variants) = (false, None, false),
         Some("discovery") => (settings.front_door, settings.count) = (false, None),
         Some("instructions") => (settings.front_door, settings.discovery) = (false, false),
         _ => {}
