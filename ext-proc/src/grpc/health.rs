@@ -15,30 +15,26 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::stopping::Stopping;
 
-/// The service to mount, and the task that keeps its status.
-pub fn service(
+/// The service to mount, NOT_SERVING already (tonic-health starts every
+/// server SERVING: a check answered before the task ran would pass a
+/// replica with no table), and the task that keeps its status.
+pub async fn service(
     mut table: watch::Receiver<Arc<pb::RoutingTable>>,
     stopping: Stopping,
 ) -> (HealthServer<impl Health>, impl Future<Output = ()> + Send) {
     let (reporter, server) = tonic_health::server::health_reporter();
+    reporter.set_service_status("", ServingStatus::NotServing).await;
     let task = async move {
-        reporter
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
         let published = async { table.wait_for(|t| t.version != 0).await.is_ok() };
         let published = tokio::select! {
             p = published => p,
             () = stopping.clone().stopped() => false,
         };
         if published {
-            reporter
-                .set_service_status("", ServingStatus::Serving)
-                .await;
+            reporter.set_service_status("", ServingStatus::Serving).await;
         }
         stopping.stopped().await;
-        reporter
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
+        reporter.set_service_status("", ServingStatus::NotServing).await;
     };
     (server, task)
 }
@@ -54,7 +50,7 @@ mod tests {
     async fn not_serving_until_the_first_table_and_again_from_the_stop() {
         let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (stop, stopping) = crate::stopping::Stop::new();
-        let (server, task) = service(rx, stopping);
+        let (server, task) = service(rx, stopping).await;
         tokio::spawn(task);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
