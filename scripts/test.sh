@@ -9,6 +9,8 @@
 # as is the fuzz build (scripts/fuzz.sh: ~6 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CI builds a fresh clone once: incremental state would only take disk (see [profile.dev] in Cargo.toml).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 scripts/bootstrap.sh
 scripts/build.sh
