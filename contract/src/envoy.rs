@@ -16,6 +16,15 @@ pub const APISERVERS_REQUESTHEADER_CLUSTER: &str = "apiservers_requestheader";
 /// refresher's `GetTable` calls and ext_proc for `/apis`.
 pub const EXT_PROC_CLUSTER: &str = "mvp_ext_proc";
 
+/// The same replicas in another order (the second first), for the second
+/// ext_proc filter of a front door with replicas: an `/apis` exchange the
+/// first filter's replica could not finish goes to another one.
+pub const EXT_PROC_FALLBACK_CLUSTER: &str = "mvp_ext_proc_fallback";
+
+/// That second ext_proc filter: off by default, on for the merged
+/// documents' routes.
+pub const EXT_PROC_FALLBACK_FILTER: &str = "mvp.ext_proc_fallback";
+
 /// The `:authority` of the refresher's `GetTable` calls.
 pub const EXT_PROC_AUTHORITY: &str = "mvp-ext-proc";
 

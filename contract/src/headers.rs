@@ -27,6 +27,13 @@ pub const UNAVAILABLE_DOCUMENT: &str = "unavailable-document";
 /// clients cannot send it (stripped like [`ROUTE`]).
 pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
 
+/// On every answer mvp-ext-proc gave for a merged document (`/apis`, the
+/// OpenAPI documents): what it did (`merged`, `not_modified`,
+/// `upstream_status`, …, the `result` of `mvp_discovery_rewrites_total`).
+/// Envoy's fallback ext_proc filter runs only on an answer without it (the
+/// first replica failed open); an apiserver's copy is removed by the route.
+pub const DISCOVERY_RESULT: &str = "x-mvp-discovery";
+
 /// Headers removed from every client request before any filter runs.
 pub const STRIPPED: &[&str] = &[ROUTE, PEER_PROXIED];
 

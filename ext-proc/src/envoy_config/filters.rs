@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use mvp_contract::envoy::{EXT_PROC_CLUSTER, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID};
+use mvp_contract::envoy::{EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID};
+use mvp_contract::headers::DISCOVERY_RESULT;
 use mvp_contract::plugin::{IdentityConfig, PluginConfig, RefresherConfig, RouterConfig};
 use serde_json::{Value, json};
 
@@ -35,6 +36,102 @@ fn seconds(d: Duration) -> String {
     format!("{}s", d.as_millis().max(1) as f64 / 1000.0)
 }
 
+/// ext_proc for the merged documents, on `cluster`.
+fn ext_proc(o: &EnvoyConfigOptions, cluster: &str) -> Value {
+    json!({
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        "grpc_service": {
+            "envoy_grpc": {"cluster_name": cluster},
+            "timeout": seconds(o.ext_proc_message_timeout.max(large_body_timeout()) * 2),
+            // A stream that cannot be opened (a replica just killed,
+            // not yet failed by its health check; one restarting) is
+            // opened again on another replica, quickly: it all fits
+            // in the message timeout. Another priority first; and
+            // never the host that just failed — also when a
+            // loaded machine's slow health checks have put the
+            // cluster in panic mode, where the load balancer picks
+            // any host (measured: 52 of ~320 `/apis` fell open in
+            // one such run without the host predicate).
+            "retry_policy": {
+                "retry_on": "connect-failure,refused-stream,reset,unavailable",
+                "num_retries": 3,
+                "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"},
+                "retry_host_predicate": [{
+                    "name": "envoy.retry_host_predicates.previous_hosts",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
+                }],
+                "host_selection_retry_max_attempts": 5,
+                "retry_priority": {
+                    "name": "envoy.retry_priorities.previous_priorities",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+                        "update_frequency": 1,
+                    },
+                },
+            },
+        },
+        // mvp-ext-proc down or slow: the next filter (the fallback on
+        // another replica) or, with none left, the client gets the
+        // apiserver's own document, never an error.
+        "failure_mode_allow": true,
+        "message_timeout": seconds(o.ext_proc_message_timeout),
+        // mvp-ext-proc extends the timeout for a multi-MiB answer
+        // (`override_message_timeout`) up to this.
+        "max_message_timeout": seconds(large_body_timeout().max(o.ext_proc_message_timeout)),
+        "allow_mode_override": true,
+        // One round trip per /apis request: the response-headers
+        // message carries the request headers the rewrite needs (CEL;
+        // Envoy cannot send the whole header map).
+        "response_attributes": crate::rewrite::REQUEST_ATTRIBUTES,
+        "processing_mode": {
+            "request_header_mode": "SKIP",
+            "response_header_mode": "SEND",
+            "request_body_mode": "NONE",
+            "response_body_mode": "NONE",
+            "request_trailer_mode": "SKIP",
+            "response_trailer_mode": "SKIP",
+        },
+    })
+}
+
+/// With replicas, a second ext_proc on [`EXT_PROC_FALLBACK_CLUSTER`] (the
+/// replicas in another order) for an exchange the first could not finish:
+/// a replica that hangs (SIGSTOP, a partition) holds every exchange sent
+/// to it until the message timeout, and Envoy cannot send an exchange again
+/// once it went out — without a second filter each fell open to one
+/// apiserver's document until the health check failed the replica (12 in
+/// 1.4 s under six clients). Every answer of mvp-ext-proc carries
+/// [`DISCOVERY_RESULT`], so the second filter runs only when the first
+/// failed open. It sits before the first in the list: responses pass the
+/// filters in reverse order. Off by default and on only for the merged
+/// documents' routes ([`super::routes`]): no other request creates it.
+fn ext_proc_fallback(o: &EnvoyConfigOptions) -> Value {
+    let answered = json!({
+        "single_predicate": {
+            "input": {
+                "name": "answered",
+                "typed_config": {"@type": "type.googleapis.com/envoy.type.matcher.v3.HttpResponseHeaderMatchInput", "header_name": DISCOVERY_RESULT},
+            },
+            "value_match": {"safe_regex": {"google_re2": {}, "regex": ".*"}},
+        },
+    });
+    json!({
+        "name": EXT_PROC_FALLBACK_FILTER,
+        "disabled": true,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.common.matching.v3.ExtensionWithMatcher",
+            "extension_config": {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_FALLBACK_CLUSTER)},
+            "xds_matcher": {"matcher_list": {"matchers": [{
+                "predicate": answered,
+                "on_match": {"action": {
+                    "name": "skip",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.common.matcher.action.v3.SkipFilter"},
+                }},
+            }]}},
+        },
+    })
+}
+
 pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Value> {
     let router = PluginConfig::Router(RouterConfig {
         // The verified client certificate's CN and O, as kube's x509
@@ -47,8 +144,9 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
         export_route_key: o.access_log,
         ..RouterConfig::default()
     });
-    vec![
-        json!({
+    let fallback = (o.ext_proc.len() > 1).then(|| ext_proc_fallback(o));
+    let filters = [
+        Some(json!({
             "name": "mvp.route",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
@@ -58,68 +156,15 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
                 // because the route header is already stripped.
                 "config": wasm_plugin(ROUTER_ROOT_ID, &router, &o.wasm, "FAIL_OPEN"),
             },
-        }),
-        json!({
-            "name": "envoy.filters.http.ext_proc",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-                "grpc_service": {
-                    "envoy_grpc": {"cluster_name": EXT_PROC_CLUSTER},
-                    "timeout": seconds(o.ext_proc_message_timeout.max(large_body_timeout()) * 2),
-                    // A stream that cannot be opened (a replica just killed,
-                    // not yet failed by its health check; one restarting) is
-                    // opened again on another replica, quickly: it all fits
-                    // in the message timeout. Another priority first; and
-                    // never the host that just failed — also when a
-                    // loaded machine's slow health checks have put the
-                    // cluster in panic mode, where the load balancer picks
-                    // any host (measured: 52 of ~320 `/apis` fell open in
-                    // one such run without the host predicate).
-                    "retry_policy": {
-                        "retry_on": "connect-failure,refused-stream,reset,unavailable",
-                        "num_retries": 3,
-                        "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"},
-                        "retry_host_predicate": [{
-                            "name": "envoy.retry_host_predicates.previous_hosts",
-                            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
-                        }],
-                        "host_selection_retry_max_attempts": 5,
-                        "retry_priority": {
-                            "name": "envoy.retry_priorities.previous_priorities",
-                            "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
-                                "update_frequency": 1,
-                            },
-                        },
-                    },
-                },
-                // mvp-ext-proc down or slow: the client gets the apiserver's
-                // own document, never an error.
-                "failure_mode_allow": true,
-                "message_timeout": seconds(o.ext_proc_message_timeout),
-                // mvp-ext-proc extends the timeout for a multi-MiB answer
-                // (`override_message_timeout`) up to this.
-                "max_message_timeout": seconds(large_body_timeout().max(o.ext_proc_message_timeout)),
-                "allow_mode_override": true,
-                // One round trip per /apis request: the response-headers
-                // message carries the request headers the rewrite needs (CEL;
-                // Envoy cannot send the whole header map).
-                "response_attributes": crate::rewrite::REQUEST_ATTRIBUTES,
-                "processing_mode": {
-                    "request_header_mode": "SKIP",
-                    "response_header_mode": "SEND",
-                    "request_body_mode": "NONE",
-                    "response_body_mode": "NONE",
-                    "request_trailer_mode": "SKIP",
-                    "response_trailer_mode": "SKIP",
-                },
-            },
-        }),
-        json!({
+        })),
+        fallback,
+        Some(json!({"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_CLUSTER)})),
+        Some(json!({
             "name": "envoy.filters.http.router",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-        }),
-    ]
+        })),
+    ];
+    filters.into_iter().flatten().collect()
 }
 
 /// The singleton refresher on Envoy's main thread.

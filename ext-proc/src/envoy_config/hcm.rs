@@ -138,7 +138,7 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
             "virtual_hosts": [{
                 "name": "apiservers",
                 "domains": ["*"],
-                "routes": routes::routes(forwards_identity.then(|| o.requestheader.username_header())),
+                "routes": routes::routes(forwards_identity.then(|| o.requestheader.username_header()), o.ext_proc.len() > 1),
                 // Enough of a body to resend anything kube would accept to
                 // another apiserver when the first cannot be reached.
                 "request_body_buffer_limit": RETRY_BODY_BUFFER_BYTES,

@@ -120,14 +120,14 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         return Err(ConfigError::NoExtProc);
     }
     let replicas = o.ext_proc.iter().map(|a| ext_proc_address(a).ok_or_else(|| ConfigError::ExtProc(a.clone()))).collect::<Result<Vec<_>, _>>()?;
-    let ext_proc_cluster = static_cluster::ext_proc(replicas)?;
+    let ext_proc_clusters = static_cluster::ext_proc(replicas)?;
     Ok(json!({
         "node": {"id": "mvp-envoy", "cluster": "mvp-envoy"},
         "admin": {"address": socket_address(&o.admin.ip().to_string(), o.admin.port())},
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
             "listeners": [listener::listener(o, forwards_identity)],
-            "clusters": [ext_proc_cluster],
+            "clusters": ext_proc_clusters,
         },
         // The apiserver clusters (CDS) and their members (EDS) from
         // mvp-ext-proc, state of the world on one ADS stream. Until the first
@@ -180,6 +180,7 @@ pub fn render_yaml(o: &EnvoyConfigOptions, command: &str) -> Result<String, Conf
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mvp_contract::envoy::{EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER};
 
     fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         EnvoyConfigOptions {
@@ -259,6 +260,30 @@ mod tests {
             assert_eq!(e["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"], host);
         }
         assert!(cluster["health_checks"][0]["grpc_health_check"].is_object());
+
+        // The fallback: the same replicas, the second preferred …
+        let fallback = &v["static_resources"]["clusters"][1];
+        assert_eq!(fallback["name"], EXT_PROC_FALLBACK_CLUSTER);
+        let order: Vec<&Value> = fallback["load_assignment"]["endpoints"].as_array().unwrap().iter().map(|e| &e["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"]).collect();
+        assert_eq!(order, ["mvp-ext-proc-b", "127.0.0.1"]);
+        assert!(fallback["health_checks"][0]["grpc_health_check"].is_object());
+        // … behind a second ext_proc filter, off by default, placed before
+        // the first (responses go through the filters in reverse) …
+        let hcm = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+        let names: Vec<&str> = hcm["http_filters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["mvp.route", EXT_PROC_FALLBACK_FILTER, "envoy.filters.http.ext_proc", "envoy.filters.http.router"]);
+        let second = &hcm["http_filters"][1];
+        assert_eq!(second["disabled"], true);
+        assert_eq!(second["typed_config"]["extension_config"]["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"], EXT_PROC_FALLBACK_CLUSTER);
+        // … which only the merged documents' routes turn on.
+        let routes = hcm["route_config"]["virtual_hosts"][0]["routes"].as_array().unwrap();
+        let on: Vec<&str> = routes.iter().filter(|r| !r["typed_per_filter_config"][EXT_PROC_FALLBACK_FILTER].is_null()).map(|r| r["match"]["path"].as_str().unwrap_or("")).collect();
+        assert_eq!(on, routes::MERGED_PATHS);
+
+        // One replica: nothing to fall back to.
+        let v = render(&opts(&["a=http://127.0.0.1:1"])).unwrap();
+        assert_eq!(v["static_resources"]["clusters"].as_array().unwrap().len(), 1);
+        assert!(!v.to_string().contains(EXT_PROC_FALLBACK_FILTER));
     }
 
     #[test]

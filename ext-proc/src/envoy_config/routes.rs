@@ -2,8 +2,8 @@
 //! `/openapi/v3` index) through ext_proc, one route per number of
 //! apiservers the filter pinned a request to, and the default route.
 
-use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
-use mvp_contract::headers::{PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER};
+use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::limits::MAX_LISTED_APISERVERS;
 use serde_json::{Value, json};
 
@@ -63,6 +63,18 @@ fn without_ext_proc() -> Value {
     })
 }
 
+/// Per-route config of a merged document's route: the fallback ext_proc
+/// filter (off by default) on, when there is one.
+fn with_ext_proc_fallback() -> Value {
+    json!({
+        EXT_PROC_FALLBACK_FILTER: {
+            "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
+            // Present and empty: the filter is on, with its own config.
+            "config": {},
+        },
+    })
+}
+
 /// The override-host list's regex for exactly `k` apiservers.
 fn hosts_regex(k: usize) -> String {
     if k == 1 { "^[^,]+$".to_string() } else { format!("^[^,]+(,[^,]+){{{}}}$", k - 1) }
@@ -81,13 +93,14 @@ const UNPINNED_RETRIES: usize = 3;
 ///
 /// The routes do not depend on the membership: a request the filter pinned
 /// lists 1..=[`MAX_LISTED_APISERVERS`] members, and one that only closed
-/// members serve is answered here.
-pub fn routes(identity_header: Option<&str>) -> Vec<Value> {
+/// members serve is answered here. `fallback`: the front door has the
+/// fallback ext_proc filter (mvp-ext-proc replicas).
+pub fn routes(identity_header: Option<&str>, fallback: bool) -> Vec<Value> {
     let mut out = vec![unavailable(), unavailable_document()];
     if let Some(header) = identity_header {
-        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header)));
+        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header), fallback));
     }
-    out.extend(route_set(APISERVERS_CLUSTER, None));
+    out.extend(route_set(APISERVERS_CLUSTER, None, fallback));
     out
 }
 
@@ -115,7 +128,7 @@ fn unavailable_document() -> Value {
     })
 }
 
-fn route_set(cluster: &str, identity_header: Option<&str>) -> Vec<Value> {
+fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool) -> Vec<Value> {
     let all = UNPINNED_RETRIES;
     // Header matchers, absent (null, dropped when rendered) when there are none.
     let with_identity = |mut headers: Vec<Value>| {
@@ -129,7 +142,17 @@ fn route_set(cluster: &str, identity_header: Option<&str>) -> Vec<Value> {
     // has no ext_proc stream at all. A request the filter pinned (the
     // `/openapi/v3` index, to servers that have one) matches here too: the
     // override host is the cluster's, whichever route.
-    let merged = |path: &str| json!({"match": {"path": path, "headers": with_identity(vec![])}, "route": to_apiservers(cluster, all, Retry::Read)});
+    // An apiserver's own copy of the ext_proc answer's marker would keep the
+    // fallback filter from running: removed before any filter sees the
+    // response.
+    let merged = |path: &str| {
+        json!({
+            "match": {"path": path, "headers": with_identity(vec![])},
+            "route": to_apiservers(cluster, all, Retry::Read),
+            "response_headers_to_remove": [DISCOVERY_RESULT],
+            "typed_per_filter_config": fallback.then(with_ext_proc_fallback),
+        })
+    };
     let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
     // Each route below twice: reads first (their retry policy), then any
     // method.
@@ -165,7 +188,7 @@ mod tests {
 
     #[test]
     fn pinned_requests_retry_only_within_their_list() {
-        let r = routes(None);
+        let r = routes(None, false);
         let m = MERGED_PATHS.len();
         let set = m + 2 * (MAX_LISTED_APISERVERS + 1);
         // The two unavailable answers come first: resources with Retry-After,
@@ -176,7 +199,7 @@ mod tests {
         assert_eq!(r[0]["response_headers_to_add"][0]["header"]["key"], "retry-after");
         assert_eq!((r[1]["direct_response"]["status"].as_u64(), r[1]["match"]["headers"][0]["string_match"]["exact"].as_str()), (Some(503), Some(UNAVAILABLE_DOCUMENT)));
         assert!(r[1]["response_headers_to_add"].is_null(), "no Retry-After on documents");
-        let with_identity = routes(Some("x-remote-user"));
+        let with_identity = routes(Some("x-remote-user"), false);
         assert_eq!(with_identity.len(), u + 2 * set);
         assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");

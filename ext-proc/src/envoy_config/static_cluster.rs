@@ -1,7 +1,9 @@
-//! The one static cluster: mvp-ext-proc (gRPC: ADS, `GetTable`, ext_proc).
-//! The apiserver clusters come over ADS ([`crate::xds::clusters`]).
+//! The static clusters: mvp-ext-proc (gRPC: ADS, `GetTable`, ext_proc), and
+//! with replicas the same replicas in another order for the fallback
+//! ext_proc filter. The apiserver clusters come over ADS
+//! ([`crate::xds::clusters`]).
 
-use mvp_contract::envoy::EXT_PROC_CLUSTER;
+use mvp_contract::envoy::{EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER};
 use serde_json::{Value, json};
 
 use super::{ConfigError, is_ip, socket_address};
@@ -16,6 +18,7 @@ fn protocol(options: Value) -> Value {
 }
 
 /// Where mvp-ext-proc listens, as Envoy reaches it.
+#[derive(Clone)]
 pub enum Address {
     HostPort(String, u16),
     /// A Unix socket path (`--grpc-listen unix:PATH`).
@@ -34,31 +37,45 @@ pub enum Address {
 /// `grpc.health.v1` (NOT_SERVING until a replica's first table and from its
 /// graceful stop; `crate::grpc::health`) and fails over within about a
 /// second; with one there is nothing to fail over to.
-pub fn ext_proc(replicas: Vec<Address>) -> Result<Value, ConfigError> {
-    let hostnames = replicas.iter().any(|a| matches!(a, Address::HostPort(host, _) if !is_ip(host)));
-    let pipes = replicas.iter().any(|a| matches!(a, Address::Pipe(_)));
+///
+/// With replicas, [`EXT_PROC_FALLBACK_CLUSTER`] too: the same replicas, the
+/// second preferred (`super::filters`' fallback ext_proc filter).
+pub fn ext_proc(replicas: Vec<Address>) -> Result<Vec<Value>, ConfigError> {
+    let n = replicas.len();
+    let mut clusters = vec![cluster(EXT_PROC_CLUSTER, replicas.iter().cloned().enumerate())?];
+    if n > 1 {
+        clusters.push(cluster(EXT_PROC_FALLBACK_CLUSTER, replicas.into_iter().enumerate().map(|(i, a)| ((i + n - 1) % n, a)))?);
+    }
+    Ok(clusters)
+}
+
+/// One cluster of the replicas, each at the priority given.
+fn cluster(name: &str, replicas: impl ExactSizeIterator<Item = (usize, Address)> + Clone) -> Result<Value, ConfigError> {
+    let hostnames = replicas.clone().any(|(_, a)| matches!(a, Address::HostPort(host, _) if !is_ip(&host)));
+    let pipes = replicas.clone().any(|(_, a)| matches!(a, Address::Pipe(_)));
     if hostnames && pipes {
         // STRICT_DNS resolves every address; a pipe has none to resolve.
         return Err(ConfigError::ExtProcKinds);
     }
     let several = replicas.len() > 1;
-    let endpoints: Vec<Value> = replicas
-        .into_iter()
-        .enumerate()
+    let mut endpoints: Vec<(usize, Value)> = replicas
         .map(|(priority, at)| {
             let address = match at {
                 Address::HostPort(host, port) => socket_address(&host, port),
                 Address::Pipe(path) => json!({"pipe": {"path": path}}),
             };
-            json!({"priority": priority, "lb_endpoints": [{"endpoint": {"address": address}}]})
+            (priority, json!({"priority": priority, "lb_endpoints": [{"endpoint": {"address": address}}]}))
         })
         .collect();
+    // Envoy wants the priorities listed in order.
+    endpoints.sort_by_key(|(priority, _)| *priority);
+    let endpoints: Vec<Value> = endpoints.into_iter().map(|(_, e)| e).collect();
     let mut cluster = json!({
-        "name": EXT_PROC_CLUSTER,
+        "name": name,
         "type": if hostnames { "STRICT_DNS" } else { "STATIC" },
         "dns_lookup_family": "V4_PREFERRED",
         "connect_timeout": "1s",
-        "load_assignment": {"cluster_name": EXT_PROC_CLUSTER, "endpoints": endpoints},
+        "load_assignment": {"cluster_name": name, "endpoints": endpoints},
         // Every `/apis` request opens an ext_proc stream; when a replica
         // dies, each of those in the moment before its health check fails
         // is retried on the next one. Envoy's default allows 3 retries in

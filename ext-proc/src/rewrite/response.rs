@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 
 use bytes::Bytes;
+use mvp_contract::headers::DISCOVERY_RESULT;
 use mvp_contract::limits::{EXT_PROC_LARGE_BODY_BYTES, EXT_PROC_LARGE_BODY_TIMEOUT_MS};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
@@ -50,20 +51,31 @@ pub fn answer(outcome: &Outcome<'_>) -> Vec<Outgoing> {
     extend.into_iter().chain([response_headers(outcome)]).collect()
 }
 
+/// The marker every answer carries: what was done, and that it was done
+/// (Envoy's fallback ext_proc filter skips a response that has it).
+fn answered(outcome: &Outcome<'_>) -> HeaderValueOption {
+    set(DISCOVERY_RESULT, outcome.result())
+}
+
 /// The answer to a response-headers message.
 pub fn response_headers(outcome: &Outcome<'_>) -> Outgoing {
     match outcome {
-        Outcome::Pass(_) => Outgoing::Message(reply(processing_response::Response::ResponseHeaders(HeadersResponse::default()))),
+        Outcome::Pass(_) => Outgoing::Message(reply(processing_response::Response::ResponseHeaders(HeadersResponse {
+            response: Some(CommonResponse {
+                header_mutation: Some(HeaderMutation { set_headers: vec![answered(outcome)], ..Default::default() }),
+                ..Default::default()
+            }),
+        }))),
         Outcome::NotModified { etag, cache_control } => Outgoing::Message(reply(processing_response::Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus { code: StatusCode::NotModified as i32 }),
             headers: Some(HeaderMutation {
-                set_headers: vec![set("etag", *etag), set("cache-control", *cache_control), set("vary", "Accept")],
+                set_headers: vec![set("etag", *etag), set("cache-control", *cache_control), set("vary", "Accept"), answered(outcome)],
                 ..Default::default()
             }),
             details: "mvp_discovery_not_modified".into(),
             ..Default::default()
         }))),
-        Outcome::Replace(r) => replace(r),
+        Outcome::Replace(r) => replace(r, answered(outcome)),
     }
 }
 
@@ -74,8 +86,8 @@ pub fn response_headers(outcome: &Outcome<'_>) -> Outgoing {
 /// response: CommonResponse{status, header_mutation, body_mutation:
 /// BodyMutation{body}}}}`; the body is the last field at every level, so the
 /// encoding is a head (keys, lengths, status, headers) and then the body.
-fn replace(r: &Replacement<'_>) -> Outgoing {
-    let mut headers = Vec::new();
+fn replace(r: &Replacement<'_>, answered: HeaderValueOption) -> Outgoing {
+    let mut headers = vec![answered];
     // The apiserver's Last-Modified dates its own document; a client
     // revalidating with it must not get a 304 for the merged one.
     let mut remove = vec!["last-modified".to_string()];
@@ -132,14 +144,26 @@ mod tests {
         ProcessingResponse::decode(o.encoded().as_slice()).unwrap()
     }
 
+    /// The marker's value among headers set.
+    fn marker(set: &[HeaderValueOption]) -> Option<String> {
+        set.iter().filter_map(|h| h.header.as_ref()).find(|h| h.key == DISCOVERY_RESULT).map(|h| String::from_utf8_lossy(&h.raw_value).into_owned())
+    }
+
+    /// Each outcome is one message, and each carries the marker that keeps
+    /// Envoy's fallback ext_proc filter from asking again.
     #[test]
     fn each_outcome_is_one_message() {
         let pass = sent(response_headers(&Outcome::Pass(Pass::UpstreamStatus)));
-        assert!(matches!(pass.response, Some(processing_response::Response::ResponseHeaders(HeadersResponse { response: None }))));
+        let Some(processing_response::Response::ResponseHeaders(HeadersResponse { response: Some(c) })) = pass.response else { panic!() };
+        assert_eq!(c.status, ResponseStatus::Continue as i32, "the apiserver's answer goes on");
+        let m = c.header_mutation.unwrap();
+        assert_eq!(marker(&m.set_headers).as_deref(), Some("upstream_status"));
+        assert_eq!(m.set_headers.len(), 1);
 
         let not_modified = sent(response_headers(&Outcome::NotModified { etag: "\"E\"", cache_control: "public" }));
         let Some(processing_response::Response::ImmediateResponse(i)) = not_modified.response else { panic!() };
         assert_eq!(i.status.unwrap().code, StatusCode::NotModified as i32);
+        assert_eq!(marker(&i.headers.unwrap().set_headers).as_deref(), Some("not_modified"));
 
         let r = Replacement { body: "{}".into(), content_type: Some("application/json"), etag: None, cache_control: None, gzipped: true, result: "group_list" };
         let Some(processing_response::Response::ResponseHeaders(h)) = sent(response_headers(&Outcome::Replace(r))).response else { panic!() };
@@ -150,6 +174,7 @@ mod tests {
         let set: Vec<(String, Vec<u8>)> = m.set_headers.into_iter().map(|h| h.header.unwrap()).map(|h| (h.key, h.raw_value)).collect();
         assert!(set.contains(&("content-encoding".into(), b"gzip".to_vec())));
         assert!(set.contains(&("content-length".into(), b"2".to_vec())));
+        assert!(set.contains(&(DISCOVERY_RESULT.into(), b"group_list".to_vec())));
         let Some(body_mutation::Mutation::Body(b)) = c.body_mutation.unwrap().mutation else { panic!() };
         assert_eq!(b, b"{}");
     }
