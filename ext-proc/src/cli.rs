@@ -187,6 +187,11 @@ struct ServeArgs {
     /// user through kube's system:discovery role).
     #[arg(long, value_name = "FILE")]
     discovery_token_file: Option<std::path::PathBuf>,
+    /// End each Envoy's ADS stream after about this long (0: never), so an
+    /// Envoy that failed over to another replica comes back to its
+    /// preferred one; Envoy keeps its configuration while it reconnects.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m")]
+    ads_max_stream_age: Duration,
     #[command(flatten)]
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
@@ -327,12 +332,13 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),
+        ads_max_stream_age: Some(a.ads_max_stream_age),
     })
 }
 
 fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
     let output = a.output.clone();
-    let yaml = render_envoy_config(a, &rendering_command(std::env::args().skip(1)))?;
+    let yaml = render_envoy_config(a, &envoy_config::rendering_command(std::env::args().skip(1)))?;
     match output {
         Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
         None => print!("{yaml}"),
@@ -347,7 +353,7 @@ pub fn envoy_config_yaml(args: &[String]) -> anyhow::Result<String> {
     let Command::EnvoyConfig(a) = Cli::try_parse_from(argv)?.command else {
         anyhow::bail!("not an envoy-config command line");
     };
-    render_envoy_config(a, &rendering_command(["envoy-config".to_string()].into_iter().chain(args.iter().cloned())))
+    render_envoy_config(a, &envoy_config::rendering_command(["envoy-config".to_string()].into_iter().chain(args.iter().cloned())))
 }
 
 fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<String> {
@@ -378,21 +384,3 @@ fn decode_discovery() -> anyhow::Result<()> {
     std::io::stdout().write_all(&out).context("writing standard output")?;
     Ok(())
 }
-
-/// The command line recorded in the rendered file: argv[0] varies by install
-/// path and the output file is not part of what was rendered.
-fn rendering_command(args: impl Iterator<Item = String>) -> String {
-    let mut out = vec!["mvp-ext-proc".to_string()];
-    let mut skip_value = false;
-    for a in args {
-        if skip_value {
-            skip_value = false;
-        } else if a == "--output" || a == "-o" {
-            skip_value = true;
-        } else if !a.starts_with("--output=") {
-            out.push(a);
-        }
-    }
-    out.join(" ")
-}
-

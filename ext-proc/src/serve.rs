@@ -36,6 +36,8 @@ pub struct ServeOptions {
     /// The requestheader user name header discovery requests carry with the
     /// proxy client certificate.
     pub username_header: String,
+    /// ADS streams end after this long (`xds::ads`); `None` never.
+    pub ads_max_stream_age: Option<Duration>,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -93,7 +95,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::unpublished());
     let (stop, stopping) = Stop::new();
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
-    let ads = ads.ending_streams_at(stopping.clone());
+    let ads = ads.ending_streams_at(stopping.clone()).with_max_stream_age(o.ads_max_stream_age);
     let syncer = syncer.with_xds(XdsPublisher {
         options: cluster_options,
         tls_files: rotation.as_ref().map(|(r, _)| r.digest.clone()),

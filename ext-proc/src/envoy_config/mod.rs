@@ -177,6 +177,23 @@ pub fn render_yaml(o: &EnvoyConfigOptions, command: &str) -> Result<String, Conf
     ))
 }
 
+/// The command line recorded in the rendered file: argv[0] varies by install
+/// path and the output file is not part of what was rendered.
+pub fn rendering_command(args: impl Iterator<Item = String>) -> String {
+    let mut out = vec!["mvp-ext-proc".to_string()];
+    let mut skip_value = false;
+    for a in args {
+        if skip_value {
+            skip_value = false;
+        } else if a == "--output" || a == "-o" {
+            skip_value = true;
+        } else if !a.starts_with("--output=") {
+            out.push(a);
+        }
+    }
+    out.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -43,6 +44,8 @@ pub struct AdsServer {
     /// Streams end at the stop (`UNAVAILABLE`): a graceful stop would
     /// otherwise wait on Envoy, whose subscription never ends on its own.
     stopping: Stopping,
+    /// Streams end after about this long (`--ads-max-stream-age`).
+    max_age: Option<Duration>,
 }
 
 impl AdsServer {
@@ -55,6 +58,7 @@ impl AdsServer {
             next_id: Arc::new(AtomicU64::new(1)),
             metrics,
             stopping: Stopping::never(),
+            max_age: None,
         };
         (s, rx)
     }
@@ -62,6 +66,17 @@ impl AdsServer {
     /// Ends every stream, open or opened later, at the stop.
     pub fn ending_streams_at(self, stopping: Stopping) -> AdsServer {
         AdsServer { stopping, ..self }
+    }
+
+    /// Ends each stream after `age` (±10 %, so Envoys that connected
+    /// together do not all come back together): Envoy reconnects at once to
+    /// its first healthy replica and keeps its clusters meanwhile. Without
+    /// it, an Envoy that failed over keeps its stream on the standby after
+    /// the preferred replica returned — Envoy never gives up a working
+    /// stream. Istio's xDS server does the same (`MaxServerConnectionAge`,
+    /// 30 min).
+    pub fn with_max_stream_age(self, age: Option<Duration>) -> AdsServer {
+        AdsServer { max_age: age.filter(|a| !a.is_zero()), ..self }
     }
 
     pub fn service(self) -> AggregatedDiscoveryServiceServer<AdsServer> {
@@ -240,6 +255,13 @@ impl StreamLoop {
     }
 }
 
+/// `age` spread over ±10 % by the stream's id (Fibonacci hashing: ids
+/// that follow each other land far apart).
+fn spread(age: Duration, id: u64) -> Duration {
+    let unit = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+    age.mul_f64(0.9 + 0.2 * unit)
+}
+
 type AdsStream = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
 type DeltaStream = Pin<Box<dyn Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
 
@@ -286,6 +308,7 @@ impl AggregatedDiscoveryService for AdsServer {
             for req in held {
                 alive = alive && l.on_request(req).await;
             }
+            let retire_at = l.server.max_age.map(|age| tokio::time::Instant::now() + spread(age, id));
             while alive {
                 let lag_deadline = l.lag_deadline();
                 alive = tokio::select! {
@@ -307,6 +330,16 @@ impl AggregatedDiscoveryService for AdsServer {
                         }
                     },
                     changed = snapshots.changed() => changed.is_ok() && l.on_snapshot().await,
+                    () = async {
+                        match retire_at {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        tracing::info!(node = %l.node, "ADS stream reached --ads-max-stream-age; Envoy reconnects to its first healthy replica");
+                        let _ = l.out.try_send(Err(Status::unavailable("ADS stream reached its maximum age; reconnect")));
+                        false
+                    }
                     () = l.server.stopping.clone().stopped() => {
                         // Envoy keeps its clusters and reconnects. Not
                         // awaited: a full queue must not hold the stop.
@@ -330,5 +363,21 @@ impl AggregatedDiscoveryService for AdsServer {
 
     async fn delta_aggregated_resources(&self, _: Request<Streaming<DeltaDiscoveryRequest>>) -> Result<Response<DeltaStream>, Status> {
         Err(Status::unimplemented("mvp-ext-proc serves state-of-the-world ADS (api_type GRPC), not delta"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ages_spread_over_ten_percent() {
+        let age = Duration::from_secs(1800);
+        let ages: Vec<Duration> = (1..=1000).map(|id| spread(age, id)).collect();
+        assert!(ages.iter().all(|a| *a >= age.mul_f64(0.9) && *a <= age.mul_f64(1.1)));
+        let (lo, hi) = (ages.iter().min().unwrap(), ages.iter().max().unwrap());
+        assert!(*hi - *lo > age.mul_f64(0.19), "not spread: {lo:?}..{hi:?}");
+        // Neighbouring streams (Envoys started together) are far apart.
+        assert!(spread(age, 1).abs_diff(spread(age, 2)) > Duration::from_secs(60));
     }
 }
