@@ -182,22 +182,32 @@ fn manifest_envoy_config_args(script: &str, apiservers: &[String], pki: &std::pa
     args
 }
 
-/// The value of `--NAME=VALUE` in a container's args (a list, or one script).
-fn container_flag(pod_spec: &Value, list: &str, container: &str, name: &str) -> String {
+/// The values of `--NAME=VALUE` in a container's args (a list, or one
+/// script), in order.
+fn container_flags(pod_spec: &Value, list: &str, container: &str, name: &str) -> Vec<String> {
     let c = pod_spec[list].as_array().unwrap().iter().find(|c| c["name"] == container).unwrap();
     let text: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     let prefix = format!("--{name}=");
-    let found: Vec<&str> = text.iter().flat_map(|a| a.split_whitespace()).filter_map(|t| t.strip_prefix(prefix.as_str())).collect();
-    assert_eq!(found.len(), 1, "{container}: --{name} in {text:?}");
-    found[0].to_string()
+    let found: Vec<String> = text.iter().flat_map(|a| a.split_whitespace()).filter_map(|t| t.strip_prefix(prefix.as_str())).map(str::to_string).collect();
+    assert!(!found.is_empty(), "{container}: no --{name} in {text:?}");
+    found
 }
 
-/// Envoy reaches mvp-ext-proc where it listens; a Unix socket's directory
-/// is one volume both containers mount.
+/// The one value of `--NAME=VALUE` in a container's args.
+fn container_flag(pod_spec: &Value, list: &str, container: &str, name: &str) -> String {
+    let found = container_flags(pod_spec, list, container, name);
+    assert_eq!(found.len(), 1, "{container}: --{name} more than once: {found:?}");
+    found[0].clone()
+}
+
+/// Envoy reaches its own pod's mvp-ext-proc first, where it listens (a
+/// wildcard address listens on loopback too); a Unix socket's directory is
+/// one volume both containers mount.
 fn check_grpc_channel(form: &str, pod_spec: &Value) {
     let listen = container_flag(pod_spec, "containers", "mvp-ext-proc", "grpc-listen");
-    let ext_proc = container_flag(pod_spec, "initContainers", "envoy-config", "ext-proc");
-    assert_eq!(listen, ext_proc, "{form}: Envoy's --ext-proc is not mvp-ext-proc's --grpc-listen");
+    let ext_proc = container_flags(pod_spec, "initContainers", "envoy-config", "ext-proc");
+    let reached = listen == ext_proc[0] || listen.strip_prefix("0.0.0.0:").is_some_and(|port| ext_proc[0] == format!("127.0.0.1:{port}"));
+    assert!(reached, "{form}: Envoy's first --ext-proc {} is not mvp-ext-proc's --grpc-listen {listen}", ext_proc[0]);
     if let Some(sock) = listen.strip_prefix("unix:") {
         let dir = std::path::Path::new(sock).parent().unwrap().to_str().unwrap();
         let volume = |container: &str| {
@@ -234,7 +244,7 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
     assert!(ok && out.contains("pod/mvp-envoy created (server dry run)"), "{out}");
     let (ok, out) = kubectl(&["apply", "-f", workload.to_str().unwrap()]);
     assert!(ok, "{out}");
-    for made in ["namespace/mvp-envoy created", "deployment.apps/mvp-envoy created", "service/mvp-envoy created", "configmap/mvp-envoy created", "role.rbac.authorization.k8s.io/mvp-envoy created"] {
+    for made in ["namespace/mvp-envoy created", "deployment.apps/mvp-envoy created", "service/mvp-envoy created", "configmap/mvp-envoy created", "role.rbac.authorization.k8s.io/mvp-envoy created", "service/mvp-ext-proc created", "networkpolicy.networking.k8s.io/mvp-envoy created"] {
         assert!(out.contains(made), "{made}: {out}");
     }
     // The membership RBAC: exactly get/list/watch on those objects.
@@ -282,6 +292,9 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
         let args = manifest_envoy_config_args(&script, &apiservers, &pki);
         assert!(args.iter().filter(|a| a.starts_with("--apiserver=")).count() == 3, "{form}: {args:?}");
         let yaml = mvp_ext_proc::cli::envoy_config_yaml(&args).unwrap_or_else(|e| panic!("{form}: {e:#}"));
+        // The workload's two replicas: each Envoy fails over to the other
+        // pod's mvp-ext-proc, with the fallback ext_proc filter for `/apis`.
+        assert_eq!(yaml.contains(mvp_contract::envoy::EXT_PROC_FALLBACK_CLUSTER), form == "workload", "{form}");
         let path = cp.dir.path().join(format!("envoy-{form}.yaml"));
         std::fs::write(&path, yaml).unwrap();
         let out = Command::new(envoy_bin().unwrap()).args(["--mode", "validate", "--disable-hot-restart", "-c"]).arg(&path).output().unwrap();
