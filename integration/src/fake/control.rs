@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::fixtures::Documents;
-use super::state::{FakeState, json_response};
+use super::responses::json_response;
+use super::state::FakeState;
 
 #[derive(serde::Deserialize)]
 pub(super) struct ReleaseQuery {

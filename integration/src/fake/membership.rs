@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::state::json_response;
+use super::responses::json_response;
 
 /// How often a running fake renews its lease (kube: 10 s; faster here so
 /// tests judge staleness in seconds).
@@ -209,7 +209,7 @@ pub async fn serve(s: Arc<ClusterState>, kind: Kind, name: Option<String>, query
         if let Some(n) = &name {
             return match all.get(n) {
                 Some(o) => json_response(StatusCode::OK, o),
-                None => json_response(StatusCode::NOT_FOUND, &super::state::status_json(404, "NotFound", &format!("\"{n}\" not found"))),
+                None => json_response(StatusCode::NOT_FOUND, &super::responses::status_json(404, "NotFound", &format!("\"{n}\" not found"))),
             };
         }
         let list_kind = if kind == Kind::Endpoints { "EndpointsList" } else { "LeaseList" };
@@ -251,7 +251,7 @@ fn watch_stream(
                 return None;
             }
             if gone {
-                let err = json!({"type": "ERROR", "object": super::state::status_json(410, "Expired", "too old resource version")});
+                let err = json!({"type": "ERROR", "object": super::responses::status_json(410, "Expired", "too old resource version")});
                 return Some((line(&err), (last, false, true)));
             }
             loop {

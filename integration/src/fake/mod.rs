@@ -10,6 +10,7 @@ mod openapi;
 pub mod fixtures;
 pub mod membership;
 mod resources;
+mod responses;
 pub mod server;
 mod state;
 pub mod tls;

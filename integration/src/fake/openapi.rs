@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use super::digest::sha512_upper_hex;
 
 use super::fixtures::Documents;
-use super::state::{FakeState, not_found};
+use super::responses::not_found;
+use super::state::FakeState;
 
 /// The keys this server's index lists.
 fn keys(docs: &Documents) -> Vec<String> {

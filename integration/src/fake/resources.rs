@@ -11,7 +11,8 @@ use serde_json::json;
 use std::sync::atomic::Ordering;
 
 use super::fixtures::Documents;
-use super::state::{FakeState, json_response, not_found};
+use super::responses::{json_response, not_found};
+use super::state::FakeState;
 
 pub(super) fn echo_headers(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
     headers
@@ -100,7 +101,7 @@ pub(super) async fn resource(
         // connection's task ends here (hyper closes it without an answer).
         Some(super::state::FailHow::Reset) => std::panic::resume_unwind(Box::new("fail-next: connection reset")),
         Some(super::state::FailHow::ShuttingDown) => {
-            let mut r = super::state::json_response(
+            let mut r = super::responses::json_response(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
                 &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "The apiserver is shutting down, please try again later.", "reason": "TooManyRequests", "code": 429}),
             );

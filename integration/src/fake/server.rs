@@ -15,8 +15,9 @@ use serde_json::json;
 use super::control::*;
 use super::discovery::*;
 use super::resources::*;
-pub use super::state::{AGGREGATED_V2, FakeState, Stats, status_json};
-use super::state::{json_response, not_found, unauthorized};
+pub use super::responses::status_json;
+use super::responses::{json_response, not_found, unauthorized};
+pub use super::state::{AGGREGATED_V2, FakeState, Stats};
 use super::upgrade::*;
 
 /// kube-apiserver's `WithCacheControl` filter: every response without a

@@ -1,13 +1,10 @@
 //! What every handler of a fake apiserver shares: its state (documents,
-//! authentication, counters) and kube's response shapes.
+//! authentication, counters). kube's response shapes: [`super::responses`].
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use axum::body::Bytes;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
 
 use super::fixtures::Documents;
 
@@ -95,25 +92,4 @@ impl FakeState {
     pub(super) fn docs(&self) -> Arc<Documents> {
         self.docs.read().map(|d| d.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
-}
-
-pub(super) fn json_response(status: StatusCode, v: &Value) -> Response {
-    let mut body = serde_json::to_vec(v).unwrap_or_default();
-    body.push(b'\n');
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-pub fn status_json(code: u16, reason: &str, message: &str) -> Value {
-    json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "details": {}, "code": code,
-    })
-}
-
-pub(super) fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, &status_json(404, "NotFound", "the server could not find the requested resource"))
-}
-
-pub(super) fn unauthorized() -> Response {
-    json_response(StatusCode::UNAUTHORIZED, &status_json(401, "Unauthorized", "Unauthorized"))
 }
