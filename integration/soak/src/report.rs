@@ -31,7 +31,7 @@ pub fn render(r: &Report) -> String {
         let [any, fresh, reused] = r.disruption[d];
         let _ = writeln!(out, "{door}: **{any} disruption seconds** ({fresh} on new connections, {reused} on reused ones; {} samples at 1 Hz).\n", r.sampled[d]);
         if !total.samples.is_empty() {
-            let _ = writeln!(out, "{door}: wrong 404s and other answers, by kind:\n");
+            let _ = writeln!(out, "{door}: wrong 404s, 503s a ready capable server could have answered, and other answers, by kind:\n");
             let mut samples: Vec<_> = total.samples.iter().collect();
             samples.sort_by(|a, b| b.1.cmp(a.1));
             for (what, n) in samples.iter().take(12) {
