@@ -214,7 +214,8 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
     }
     assert!(exprs.len() >= 15, "{exprs:?}");
 
-    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    // With replicas: the fallback ext_proc filter's metrics exist too.
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options { replicas: 2, ..Options::default() }).await.unwrap();
     for path in ["/apis/lifecycle.k8s.io/v1alpha1/evictionrequests", "/apis", "/api/v1/pods"] {
         door.http.get(door.url(path)).send().await.unwrap();
     }

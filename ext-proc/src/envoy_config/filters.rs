@@ -36,10 +36,12 @@ fn seconds(d: Duration) -> String {
     format!("{}s", d.as_millis().max(1) as f64 / 1000.0)
 }
 
-/// ext_proc for the merged documents, on `cluster`.
-fn ext_proc(o: &EnvoyConfigOptions, cluster: &str) -> Value {
+/// ext_proc for the merged documents, on `cluster`; its statistics under
+/// `stat_prefix` when given.
+fn ext_proc(o: &EnvoyConfigOptions, cluster: &str, stat_prefix: Option<&str>) -> Value {
     json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        "stat_prefix": stat_prefix,
         "grpc_service": {
             "envoy_grpc": {"cluster_name": cluster},
             "timeout": seconds(o.ext_proc_message_timeout.max(large_body_timeout()) * 2),
@@ -120,7 +122,7 @@ fn ext_proc_fallback(o: &EnvoyConfigOptions) -> Value {
         "disabled": true,
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.common.matching.v3.ExtensionWithMatcher",
-            "extension_config": {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_FALLBACK_CLUSTER)},
+            "extension_config": {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_FALLBACK_CLUSTER, Some("fallback"))},
             "xds_matcher": {"matcher_list": {"matchers": [{
                 "predicate": answered,
                 "on_match": {"action": {
@@ -158,7 +160,7 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             },
         })),
         fallback,
-        Some(json!({"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_CLUSTER)})),
+        Some(json!({"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_CLUSTER, None)})),
         Some(json!({
             "name": "envoy.filters.http.router",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
