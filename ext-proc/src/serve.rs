@@ -128,7 +128,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     // joining member closed — within interval + timeout, not when TCP gives
     // up (~15 min).
     let (health, health_task) =
-        crate::grpc::health::service(published.table.clone(), stopping.clone()).await;
+        crate::grpc::health::service(published.table.clone(), published.merged.clone(), stopping.clone()).await;
     let health_task = tokio::spawn(health_task);
     let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))

@@ -1,9 +1,13 @@
 //! `grpc.health.v1.Health` on the gRPC listeners: how Envoy, given several
 //! mvp-ext-proc replicas (`envoy-config --ext-proc` repeated), tells which
 //! one can answer. The server as a whole (service `""`) is NOT_SERVING until
-//! the first routing table is published — what `/readyz` says — and again
-//! from the graceful stop, so Envoy moves its ADS stream, ext_proc streams
-//! and `GetTable` calls to another replica before this one's streams end.
+//! the first routing table *and* the first merged `/apis` are published, and
+//! again from the graceful stop, so Envoy moves its ADS stream, ext_proc
+//! streams and `GetTable` calls to another replica before this one's streams
+//! end. The merged document is built off the sync loop, after the table: a
+//! replica that served before it existed answered `/apis` exchanges with the
+//! apiserver's own document (5 in one run, a restart under a loaded machine),
+//! and the fallback filter does not ask again an answered exchange.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +17,7 @@ use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use crate::merge::MergedDocument;
 use crate::stopping::Stopping;
 
 /// The service to mount, NOT_SERVING already (tonic-health starts every
@@ -20,12 +25,15 @@ use crate::stopping::Stopping;
 /// replica with no table), and the task that keeps its status.
 pub async fn service(
     mut table: watch::Receiver<Arc<pb::RoutingTable>>,
+    mut merged: watch::Receiver<Option<Arc<MergedDocument>>>,
     stopping: Stopping,
 ) -> (HealthServer<impl Health>, impl Future<Output = ()> + Send) {
     let (reporter, server) = tonic_health::server::health_reporter();
     reporter.set_service_status("", ServingStatus::NotServing).await;
     let task = async move {
-        let published = async { table.wait_for(|t| t.version != 0).await.is_ok() };
+        let published = async {
+            table.wait_for(|t| t.version != 0).await.is_ok() && merged.wait_for(Option::is_some).await.is_ok()
+        };
         let published = tokio::select! {
             p = published => p,
             () = stopping.clone().stopped() => false,
@@ -47,10 +55,11 @@ mod tests {
     use tonic_health::pb::health_client::HealthClient;
 
     #[tokio::test]
-    async fn not_serving_until_the_first_table_and_again_from_the_stop() {
+    async fn not_serving_until_the_first_table_and_merged_apis_and_again_from_the_stop() {
         let (tx, rx) = watch::channel(Arc::new(pb::RoutingTable::default()));
+        let (merged_tx, merged_rx) = watch::channel(None);
         let (stop, stopping) = crate::stopping::Stop::new();
-        let (server, task) = service(rx, stopping).await;
+        let (server, task) = service(rx, merged_rx, stopping).await;
         tokio::spawn(task);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -89,6 +98,11 @@ mod tests {
             version: 3,
             ..Default::default()
         }));
+        // A table, no merged `/apis` yet: still not serving (given the
+        // time to turn, were it wrong).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status(ServingStatus::NotServing).await;
+        merged_tx.send_replace(Some(Arc::new(MergedDocument::build(&Default::default(), &Default::default(), None))));
         status(ServingStatus::Serving).await;
         stop.stop();
         status(ServingStatus::NotServing).await;

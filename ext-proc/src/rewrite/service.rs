@@ -60,6 +60,13 @@ impl Outgoing {
 
 /// The handler side of the service: the answers to one `Process` stream.
 pub trait Processor: Send + Sync + 'static {
+    /// Whether a new stream can be answered; `Err` ends it at once with that
+    /// status, before any message (a trailers-only answer, which Envoy's
+    /// ext_proc retry policy sends to another replica on `UNAVAILABLE`).
+    fn ready(&self) -> Result<(), Status> {
+        Ok(())
+    }
+
     fn process(&self, inbound: Streaming<ProcessingRequest>) -> Responses<Outgoing>;
 }
 
@@ -198,6 +205,9 @@ where
         if req.uri().path() != PROCESS_PATH {
             return Box::pin(async { Ok(Status::unimplemented("only Process is served").into_http()) });
         }
+        if let Err(status) = self.inner.ready() {
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         let inbound = Streaming::new_request(RequestDecoder, req.into_body(), None, Some(self.max_decoding_message_size));
         let answers = self.inner.process(inbound).into_inner();
         let body = ResponseBody { answers, body: None, max_message: self.max_encoding_message_size, done: false };
@@ -220,6 +230,31 @@ mod tests {
             tx.try_send(a).unwrap();
         }
         ResponseBody { answers: rx, body: None, max_message, done: false }
+    }
+
+    /// A processor not ready yet: every stream is refused at once.
+    struct NotReady;
+
+    impl Processor for NotReady {
+        fn ready(&self) -> Result<(), Status> {
+            Err(Status::unavailable("not yet"))
+        }
+
+        fn process(&self, _: Streaming<ProcessingRequest>) -> Responses<Outgoing> {
+            unreachable!("a refused stream is never processed")
+        }
+    }
+
+    /// Refused before any message: a trailers-only answer, `grpc-status` 14
+    /// in the headers — what Envoy's retry policy (`unavailable`) retries on
+    /// another replica.
+    #[tokio::test]
+    async fn a_processor_not_ready_refuses_the_stream_unavailable() {
+        let mut server = ExternalProcessorServer::new(NotReady, 1 << 20, 1 << 20);
+        let req = http::Request::builder().uri(PROCESS_PATH).body(http_body_util::Empty::<Bytes>::new()).unwrap();
+        let resp = Service::call(&mut server, req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"14"[..]), "{:?}", resp.headers());
     }
 
     /// gRPC frames → the messages Envoy decodes, and the trailers.
