@@ -255,7 +255,7 @@ impl Topology {
     /// read this gauge on every request, so from then on every
     /// request is routed by that table.
     pub async fn wait_table_published(&self, http: &reqwest::Client, accept: impl Fn(&Value) -> bool) -> Result<()> {
-        wait_for("the routing table to reach Envoy", self.envoy_start_within, || async {
+        let waited = wait_for("the routing table to reach Envoy", self.envoy_start_within, || async {
             let t = self.table(http).await?;
             if !accept(&t) {
                 return None;
@@ -263,7 +263,17 @@ impl Topology {
             let version: u64 = t["version"].as_str()?.parse().ok()?;
             (self.envoy_stat(http, PUBLISHED_VERSION_STAT).await? == version).then_some(())
         })
-        .await
+        .await;
+        // On a timeout, what it waited on: a flake is diagnosed from the
+        // failure message alone.
+        if waited.is_err() {
+            let table = self.table(http).await;
+            let members: Vec<String> = table.as_ref().and_then(|t| t["apiservers"].as_array()).into_iter().flatten().map(|s| format!("{} open={} healthy={}", s["name"], s["open"], s["healthy"])).collect();
+            let envoy = self.envoy_stat(http, PUBLISHED_VERSION_STAT).await;
+            let mvp = table.as_ref().map(|t| t["version"].clone());
+            return waited.map_err(|e| e.context(format!("mvp-ext-proc's table {mvp:?} [{}], Envoy's {envoy:?}", members.join(", "))));
+        }
+        waited
     }
 
     /// The one readiness condition: Envoy is up and routes by a table in
