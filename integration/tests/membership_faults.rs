@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration::harness::{FakeSpec, FrontDoor, Options, free_ports, served_by, three_fakes};
+use integration::harness::{FakeSpec, FrontDoor, Options, free_ports, served_by, three_fakes, wait_for};
 
 const EVICTIONS: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
@@ -49,6 +49,16 @@ async fn a_restart_before_the_membership_can_be_listed_keeps_every_member() {
     let mut door = FrontDoor::start(&three_fakes(), Options { membership: Some("endpoints,leases"), seeds: Some(0), ..Options::default() }).await.unwrap();
     let all_open = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|s| s["open"] == true));
     door.wait_table_published(all_open).await.unwrap();
+    // The state file is written off the sync loop (and fsynced): a restart
+    // the moment the table is out could come before it holds all three —
+    // then there is nothing to restore (failed once, beside a `yes` loop).
+    let state_file = door.topology.state_file.clone().unwrap();
+    wait_for("the state file to hold every member", Duration::from_secs(30), || async {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state_file).ok()?).ok()?;
+        (v["apiservers"].as_object()?.len() == 3).then_some(())
+    })
+    .await
+    .unwrap();
     // The membership kubeconfig now names a port nobody listens on.
     let kubeconfig = door.dir.path().join("membership.kubeconfig");
     let dead = format!("server: http://127.0.0.1:{}", free_ports(1)[0]);
