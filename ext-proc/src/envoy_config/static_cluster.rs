@@ -18,7 +18,6 @@ fn protocol(options: Value) -> Value {
 }
 
 /// Where mvp-ext-proc listens, as Envoy reaches it.
-#[derive(Clone)]
 pub enum Address {
     HostPort(String, u16),
     /// A Unix socket path (`--grpc-listen unix:PATH`).
@@ -40,36 +39,35 @@ pub enum Address {
 ///
 /// With replicas, [`EXT_PROC_FALLBACK_CLUSTER`] too: the same replicas, the
 /// second preferred (`super::filters`' fallback ext_proc filter).
-pub fn ext_proc(replicas: Vec<Address>) -> Result<Vec<Value>, ConfigError> {
-    let n = replicas.len();
-    let mut clusters = vec![cluster(EXT_PROC_CLUSTER, replicas.iter().cloned().enumerate())?];
-    if n > 1 {
-        clusters.push(cluster(EXT_PROC_FALLBACK_CLUSTER, replicas.into_iter().enumerate().map(|(i, a)| ((i + n - 1) % n, a)))?);
+pub fn ext_proc(mut replicas: Vec<Address>) -> Result<Vec<Value>, ConfigError> {
+    let mut clusters = vec![cluster(EXT_PROC_CLUSTER, &replicas)?];
+    if replicas.len() > 1 {
+        replicas.rotate_left(1);
+        clusters.push(cluster(EXT_PROC_FALLBACK_CLUSTER, &replicas)?);
     }
     Ok(clusters)
 }
 
-/// One cluster of the replicas, each at the priority given.
-fn cluster(name: &str, replicas: impl ExactSizeIterator<Item = (usize, Address)> + Clone) -> Result<Value, ConfigError> {
-    let hostnames = replicas.clone().any(|(_, a)| matches!(a, Address::HostPort(host, _) if !is_ip(&host)));
-    let pipes = replicas.clone().any(|(_, a)| matches!(a, Address::Pipe(_)));
+/// One cluster of the replicas, one priority each in the order given.
+fn cluster(name: &str, replicas: &[Address]) -> Result<Value, ConfigError> {
+    let hostnames = replicas.iter().any(|a| matches!(a, Address::HostPort(host, _) if !is_ip(host)));
+    let pipes = replicas.iter().any(|a| matches!(a, Address::Pipe(_)));
     if hostnames && pipes {
         // STRICT_DNS resolves every address; a pipe has none to resolve.
         return Err(ConfigError::ExtProcKinds);
     }
     let several = replicas.len() > 1;
-    let mut endpoints: Vec<(usize, Value)> = replicas
+    let endpoints: Vec<Value> = replicas
+        .iter()
+        .enumerate()
         .map(|(priority, at)| {
             let address = match at {
-                Address::HostPort(host, port) => socket_address(&host, port),
+                Address::HostPort(host, port) => socket_address(host, *port),
                 Address::Pipe(path) => json!({"pipe": {"path": path}}),
             };
-            (priority, json!({"priority": priority, "lb_endpoints": [{"endpoint": {"address": address}}]}))
+            json!({"priority": priority, "lb_endpoints": [{"endpoint": {"address": address}}]})
         })
         .collect();
-    // Envoy wants the priorities listed in order.
-    endpoints.sort_by_key(|(priority, _)| *priority);
-    let endpoints: Vec<Value> = endpoints.into_iter().map(|(_, e)| e).collect();
     let mut cluster = json!({
         "name": name,
         "type": if hostnames { "STRICT_DNS" } else { "STATIC" },

@@ -255,6 +255,14 @@ impl StreamLoop {
     }
 }
 
+/// Sleeps until `at`; never without one.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// `age` spread over ±10 % by the stream's id (Fibonacci hashing: ids
 /// that follow each other land far apart).
 fn spread(age: Duration, id: u64) -> Duration {
@@ -312,12 +320,7 @@ impl AggregatedDiscoveryService for AdsServer {
             while alive {
                 let lag_deadline = l.lag_deadline();
                 alive = tokio::select! {
-                    () = async {
-                        match lag_deadline {
-                            Some(at) => tokio::time::sleep_until(at).await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
+                    () = until(lag_deadline) => {
                         l.set_lagging(true, "unacknowledged past the grace");
                         true
                     }
@@ -330,12 +333,7 @@ impl AggregatedDiscoveryService for AdsServer {
                         }
                     },
                     changed = snapshots.changed() => changed.is_ok() && l.on_snapshot().await,
-                    () = async {
-                        match retire_at {
-                            Some(at) => tokio::time::sleep_until(at).await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
+                    () = until(retire_at) => {
                         tracing::info!(node = %l.node, "ADS stream reached --ads-max-stream-age; Envoy reconnects to its first healthy replica");
                         let _ = l.out.try_send(Err(Status::unavailable("ADS stream reached its maximum age; reconnect")));
                         false
