@@ -49,3 +49,9 @@ pub const ROUTE_KEY_PROPERTY: &str = "mvp_route_key";
 /// The same property as Envoy's access log reads it (`%FILTER_STATE(…)%`):
 /// Envoy stores a wasm property under `wasm.` + its name.
 pub const ROUTE_KEY_FILTER_STATE: &str = "wasm.mvp_route_key";
+
+/// The request property the filter sets on a request it held (see
+/// `RouterConfig::hold`): milliseconds held, then how it ended — `routed`
+/// or `unavailable` (e.g. `312 routed`). Only with the access log on.
+pub const HELD_PROPERTY: &str = "mvp_held";
+pub const HELD_FILTER_STATE: &str = "wasm.mvp_held";

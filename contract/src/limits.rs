@@ -28,6 +28,16 @@ pub const DEFAULT_TABLE_POLL_MS: u32 = 200;
 /// gRPC keepalive timeouts.
 pub const DEFAULT_TABLE_WAIT_MS: u32 = 20_000;
 
+/// The longest the filter holds a request only closed apiservers serve,
+/// waiting for a table that opens one (`RouterConfig::hold`). mvp-ext-proc
+/// reads a restarted apiserver within ~100 ms of its `/readyz` turning 200;
+/// a second covers that under load, and is what client-go waits anyway on
+/// the 503's `Retry-After: 1`.
+pub const DEFAULT_HOLD_MS: u32 = 1000;
+
+/// Requests one worker holds at once (each with a `GetTable` call open).
+pub const DEFAULT_MAX_HELD: u32 = 64;
+
 /// The longest a server holds one `GetTable` call, whatever the caller asks.
 pub const MAX_TABLE_WAIT_MS: u32 = 60_000;
 

@@ -29,6 +29,32 @@ pub struct RouterConfig {
     /// front door routes by (for the access log; off when it is).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub export_route_key: bool,
+    /// Hold a request the table can only answer with the 503 Status (every
+    /// apiserver that serves it is closed, or not read yet) until
+    /// mvp-ext-proc publishes a newer table, instead of answering at once:
+    /// a restarted apiserver is read within ~100 ms of its `/readyz`, so a
+    /// request that arrives in between is served, not refused. Absent: the
+    /// 503 at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldConfig>,
+}
+
+/// Where a held request asks for a newer table (the refresher's
+/// `GetTable`, from the request's own context) and how long it may wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldConfig {
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    #[serde(default = "default_authority")]
+    pub authority: String,
+    /// The longest one request is held before its 503 Status.
+    #[serde(default = "default_hold_ms")]
+    pub max_ms: u32,
+    /// Requests one worker holds at once; beyond it the 503 at once (each
+    /// holds one `GetTable` call, and a table change answers them all).
+    #[serde(default = "default_max_held")]
+    pub max_held: u32,
 }
 
 /// Where a verified client certificate's identity goes: kube's
@@ -63,7 +89,13 @@ pub struct RefresherConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false }
+        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, hold: None }
+    }
+}
+
+impl Default for HoldConfig {
+    fn default() -> Self {
+        HoldConfig { cluster: default_cluster(), authority: default_authority(), max_ms: default_hold_ms(), max_held: default_max_held() }
     }
 }
 
@@ -96,6 +128,12 @@ fn default_wait_ms() -> u32 {
 }
 fn default_timeout_ms() -> u32 {
     limits::GET_TABLE_TIMEOUT_MS
+}
+fn default_hold_ms() -> u32 {
+    limits::DEFAULT_HOLD_MS
+}
+fn default_max_held() -> u32 {
+    limits::DEFAULT_MAX_HELD
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +168,12 @@ impl PluginConfig {
             {
                 Err(ConfigError::Empty("identity header names"))
             }
+            PluginConfig::Router(RouterConfig { hold: Some(h), .. }) if h.cluster.is_empty() || h.max_ms == 0 || h.max_held == 0 => {
+                Err(ConfigError::Empty("hold cluster, max_ms and max_held"))
+            }
+            PluginConfig::Router(RouterConfig { hold: Some(h), .. }) if h.max_ms > limits::MAX_TABLE_WAIT_MS => {
+                Err(ConfigError::Invalid(format!("hold max_ms {} is above {}", h.max_ms, limits::MAX_TABLE_WAIT_MS)))
+            }
             PluginConfig::Refresher(r) if r.cluster.is_empty() => Err(ConfigError::Empty("cluster")),
             PluginConfig::Refresher(r) if r.poll_interval_ms == 0 || r.timeout_ms == 0 => {
                 Err(ConfigError::Empty("poll_interval_ms and timeout_ms"))
@@ -154,7 +198,7 @@ mod tests {
     fn parses_both_roles_and_rejects_bad_config() {
         assert_eq!(
             PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
-            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false })
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, hold: None })
         );
         let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
         assert_eq!(
@@ -179,6 +223,10 @@ mod tests {
             br#"{"role":"noop"}"#,
             br#"{"role":"noop","x":1}"#,
             br#"{"role":"router","route_header":"x","identity":{"username_header":"","group_header":"g"}}"#,
+            br#"{"role":"router","hold":{"max_ms":0}}"#,
+            br#"{"role":"router","hold":{"max_held":0}}"#,
+            br#"{"role":"router","hold":{"max_ms":600000}}"#,
+            br#"{"role":"router","hold":{"cluster":""}}"#,
         ] {
             assert!(PluginConfig::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
@@ -193,6 +241,7 @@ mod tests {
                 ..RouterConfig::default()
             }),
             PluginConfig::Router(RouterConfig { export_route_key: true, ..RouterConfig::default() }),
+            PluginConfig::Router(RouterConfig { hold: Some(HoldConfig::default()), ..RouterConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { poll_interval_ms: 100, ..RefresherConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { wait_ms: 0, ..RefresherConfig::default() }),
         ] {

@@ -229,6 +229,11 @@ struct EnvoyConfigArgs {
     /// moment it exists.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     table_poll_interval: Duration,
+    /// Longest a request only closed (restarting, not yet read) apiservers
+    /// serve is held for a table that opens one, before its 503 Status; 0
+    /// answers at once. At most 60s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    hold_unavailable: Duration,
     /// Serving certificate of the front door; with --tls-private-key-file,
     /// clients connect over TLS (HTTP/2 and HTTP/1.1).
     #[arg(long, value_name = "FILE")]
@@ -368,6 +373,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         wasm: a.wasm,
         ext_proc: a.ext_proc,
         table_poll_interval: a.table_poll_interval,
+        hold_unavailable: a.hold_unavailable,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
     };

@@ -205,6 +205,63 @@ async fn a_restarted_apiserver_is_read_as_soon_as_it_is_ready() {
     assert!(gaps.iter().all(|g| *g < Duration::from_millis(1500)), "{gaps:?}");
 }
 
+/// A request only a restarting apiserver serves, arriving while it is down,
+/// is held instead of answered 503, and served once mvp-ext-proc reads the
+/// apiserver back; while it stays down, the request gets the 503 Status
+/// (with `Retry-After`) when the hold ends. The access log says which.
+/// Before (issue 33): the 503 at once — the soak counted 0–4 "503 while a
+/// capable server was up" per run, all in that window. The hold is 5 s here
+/// (the product's is 1 s) so the restart fits in it on a loaded machine:
+/// what is checked is that the request is served, not how fast.
+#[tokio::test]
+async fn a_request_for_a_restarting_apiserver_waits_for_it_instead_of_a_503() {
+    let hold = Duration::from_secs(5);
+    let mut door = FrontDoor::start(&three(), Options { hold_unavailable: Some(hold), ..Options::default() }).await.unwrap();
+    let open = |want: bool| move |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == want));
+    let (only_v137, _) = PATHS[0];
+    let held = "wasmcustom.mvp.router.held_requests";
+    door.fake_mut("v137").proc.kill();
+    door.wait_table_published(open(false)).await.unwrap();
+    let before = door.envoy_stat(held).await.unwrap_or(0);
+    let restarted = format!("{only_v137}?mark=restarted");
+    let request = tokio::spawn(timed_get(door.http.clone(), door.url(&restarted)));
+    wait_for("the request held", Duration::from_secs(10), || async { (door.envoy_stat(held).await? > before).then_some(()) }).await.unwrap();
+    let spec = door.fake("v137").spec.clone();
+    door.restart_fake("v137", spec).await.unwrap();
+    let (status, _, body, took) = request.await.unwrap();
+    eprintln!("held until v137 was read back: {took:?}");
+    assert_eq!((status, served_by(&body)), (200, "v137"), "{body}");
+    assert!(took < hold, "answered by the hold's end, not a table: {took:?}");
+
+    door.fake_mut("v137").proc.kill();
+    door.wait_table_published(open(false)).await.unwrap();
+    let stays_down = format!("{only_v137}?mark=stays-down");
+    let (status, retry_after, body, took) = timed_get(door.http.clone(), door.url(&stays_down)).await;
+    assert_eq!((status, body["kind"].as_str(), retry_after.as_deref()), (503, Some("Status"), Some("1")), "{body}");
+    assert!(took >= hold - Duration::from_millis(100), "held for the whole hold first: {took:?}");
+
+    let log = |path: String| {
+        let file = door.envoy.log.clone();
+        move || {
+            let text = std::fs::read_to_string(&file).ok()?;
+            text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|l| l["path"] == path.as_str())
+        }
+    };
+    let first = wait_for("the access log line", Duration::from_secs(10), || std::future::ready(log(restarted.clone())())).await.unwrap();
+    let second = wait_for("the access log line", Duration::from_secs(10), || std::future::ready(log(stays_down.clone())())).await.unwrap();
+    assert!(first["held"].as_str().is_some_and(|h| h.ends_with(" routed")) && first["code"] == 200, "{first}");
+    assert!(second["held"].as_str().is_some_and(|h| h.ends_with(" unavailable")) && second["code"] == 503, "{second}");
+    assert_eq!(door.envoy_stat("wasmcustom.mvp.router.held_then_unavailable").await, Some(1));
+}
+
+/// Status, `Retry-After`, body and time taken of a GET.
+async fn timed_get(client: reqwest::Client, url: String) -> (u16, Option<String>, Value, Duration) {
+    let started = std::time::Instant::now();
+    let resp = client.get(url).send().await.unwrap();
+    let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap_or("").to_string());
+    (resp.status().as_u16(), retry_after, resp.json::<Value>().await.unwrap(), started.elapsed())
+}
+
 /// A read whose apiserver drops the connection before any response byte
 /// (it died with the request in flight), or answers kube's 429 while it
 /// shuts down, is answered by another capable apiserver; a write that

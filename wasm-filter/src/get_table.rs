@@ -12,6 +12,7 @@ use prost::Message;
 use mvp_contract::envoy::GET_TABLE_PATH;
 pub use mvp_contract::limits::MAX_TABLE_BYTES;
 
+use crate::host::Host;
 use crate::table::{RouteTable, TableError};
 
 pub fn request_headers(authority: &str) -> [(&str, &str); 5] {
@@ -71,6 +72,18 @@ pub enum Answer {
     /// for the whole wait (it long-polls), so asking again at once is not a
     /// busy loop.
     Current { waited: bool },
+}
+
+/// Reads and interprets the answer to the current context's GetTable call
+/// (a failed call has no status and no body: an `HttpStatus` error).
+pub fn read_answer<H: Host>(host: &H) -> Result<Answer, GetTableError> {
+    // A trailers-only gRPC reply carries grpc-status in the headers.
+    let header_or_trailer = |name| host.call_response_trailer(name).or_else(|| host.call_response_header(name));
+    let status = host.call_response_header(":status");
+    let grpc_status = header_or_trailer("grpc-status");
+    let grpc_message = header_or_trailer("grpc-message");
+    let body = host.call_response_body(MAX_TABLE_BYTES + 5);
+    parse_response(status.as_deref(), grpc_status.as_deref(), grpc_message.as_deref(), &body)
 }
 
 /// Interprets a GetTable response. A table is only returned after it

@@ -22,6 +22,13 @@ pub enum Counter {
     TableLoads,
     TableErrors,
     RefresherErrors,
+    /// Requests held for a newer table (`hold.rs`), however they ended.
+    Held,
+    /// Held requests that still got the 503 Status.
+    HeldThenUnavailable,
+    /// Requests answered 503 at once that could have been held: the
+    /// worker held its most already, or the call could not be made.
+    HoldRefused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +41,15 @@ pub enum Gauge {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 4] = [Counter::Rerouted, Counter::TableLoads, Counter::TableErrors, Counter::RefresherErrors];
+    pub const ALL: [Counter; 7] = [
+        Counter::Rerouted,
+        Counter::TableLoads,
+        Counter::TableErrors,
+        Counter::RefresherErrors,
+        Counter::Held,
+        Counter::HeldThenUnavailable,
+        Counter::HoldRefused,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -42,6 +57,9 @@ impl Counter {
             Counter::TableLoads => "mvp.router.table_loads",
             Counter::TableErrors => "mvp.router.table_errors",
             Counter::RefresherErrors => "mvp.refresher.errors",
+            Counter::Held => "mvp.router.held_requests",
+            Counter::HeldThenUnavailable => "mvp.router.held_then_unavailable",
+            Counter::HoldRefused => "mvp.router.hold_refused",
         }
     }
 }
@@ -78,8 +96,19 @@ pub trait Host {
     fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError>;
     fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError>;
 
-    /// The answer to the root context's last `dispatch_http_call`, read in
-    /// its `on_http_call_response`.
+    /// An HTTP call; its token. The host makes it on the root context,
+    /// whose `on_http_call_response` gets the answer (or the failure).
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: std::time::Duration) -> Result<u32, HostError>;
+    /// Makes the request of `context` the one later host calls act on; an
+    /// error when it is gone.
+    fn set_effective_context(&self, context: u32) -> Result<(), HostError>;
+    /// Lets the current request, paused in its request headers, go on.
+    fn continue_request(&self) -> Result<(), HostError>;
+    /// Wall-clock milliseconds (only differences are used).
+    fn now_ms(&self) -> u64;
+
+    /// The answer to the current context's last `http_call`, read in its
+    /// `on_http_call_response`.
     fn call_response_header(&self, name: &str) -> Option<Vec<u8>>;
     fn call_response_trailer(&self, name: &str) -> Option<Vec<u8>>;
     fn call_response_body(&self, max: usize) -> Vec<u8>;

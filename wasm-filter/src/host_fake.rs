@@ -31,6 +31,17 @@ pub struct FakeHost {
     pub null_gauges: bool,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
     pub properties: RefCell<HashMap<String, Vec<u8>>>,
+    /// Calls made: cluster, body, timeout.
+    pub calls: RefCell<Vec<(String, Vec<u8>, std::time::Duration)>>,
+    /// Makes calls fail with this status.
+    pub fail_calls: Option<u32>,
+    /// Other requests by context (a held request's, resumed from the
+    /// root): header calls act on the effective one's once one is set.
+    pub requests: RefCell<HashMap<u32, Vec<(String, String)>>>,
+    pub effective: std::cell::Cell<u32>,
+    /// Contexts let go on, in order.
+    pub continued: RefCell<Vec<u32>>,
+    pub now: std::cell::Cell<u64>,
 }
 
 impl FakeHost {
@@ -48,6 +59,26 @@ impl FakeHost {
         self.headers.borrow().iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
     }
 
+    /// A request of another context, `path` its only header.
+    pub fn add_request(&self, context: u32, path: &str) {
+        self.requests.borrow_mut().insert(context, vec![(":path".into(), path.into())]);
+    }
+
+    /// That request's values of header `name`.
+    pub fn request_values(&self, context: u32, name: &str) -> Vec<String> {
+        self.requests.borrow().get(&context).map(|h| h.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()).unwrap_or_default()
+    }
+
+    /// The effective context's headers: its own, or this host's request's.
+    fn with_headers<R>(&self, f: impl FnOnce(&mut Vec<(String, String)>) -> R) -> R {
+        let effective = self.effective.get();
+        let mut requests = self.requests.borrow_mut();
+        match requests.get_mut(&effective) {
+            Some(h) if effective != 0 => f(h),
+            _ => f(&mut self.headers.borrow_mut()),
+        }
+    }
+
     pub fn counter(&self, c: Counter) -> i64 {
         self.counters.borrow().get(c.name()).copied().unwrap_or(0)
     }
@@ -59,18 +90,19 @@ impl FakeHost {
 
 impl Host for FakeHost {
     fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError> {
-        Ok(self.headers.borrow().iter().find(|(k, _)| k == name).map(|(_, v)| v.clone().into_bytes()))
+        Ok(self.with_headers(|h| h.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone().into_bytes())))
     }
 
     fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
-        let mut h = self.headers.borrow_mut();
-        h.retain(|(k, _)| k != name);
-        h.push((name.into(), value.into()));
+        self.with_headers(|h| {
+            h.retain(|(k, _)| k != name);
+            h.push((name.into(), value.into()));
+        });
         Ok(())
     }
 
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
-        self.headers.borrow_mut().push((name.into(), value.into()));
+        self.with_headers(|h| h.push((name.into(), value.into())));
         Ok(())
     }
 
@@ -93,6 +125,32 @@ impl Host for FakeHost {
         }
         self.shared.borrow_mut().insert(key.into(), value.to_vec());
         Ok(())
+    }
+
+    fn http_call(&self, cluster: &str, _headers: &[(&str, &str)], body: &[u8], timeout: std::time::Duration) -> Result<u32, HostError> {
+        if let Some(s) = self.fail_calls {
+            return Err(HostError(s));
+        }
+        let mut calls = self.calls.borrow_mut();
+        calls.push((cluster.into(), body.to_vec(), timeout));
+        Ok(calls.len() as u32)
+    }
+
+    fn set_effective_context(&self, context: u32) -> Result<(), HostError> {
+        if !self.requests.borrow().contains_key(&context) {
+            return Err(HostError(2));
+        }
+        self.effective.set(context);
+        Ok(())
+    }
+
+    fn continue_request(&self) -> Result<(), HostError> {
+        self.continued.borrow_mut().push(self.effective.get());
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now.get()
     }
 
     fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {

@@ -6,7 +6,8 @@
 //! serve it) → [`route`] (the override-host value). The table arrives through [`refresher`] (a singleton on Envoy's
 //! main thread calling mvp-ext-proc's `GetTable`, framed by [`get_table`])
 //! and proxy-wasm shared data ([`shared_table`]). [`identity`] turns a
-//! verified client certificate into requestheaders.
+//! verified client certificate into requestheaders. A request only closed
+//! apiservers serve is [`hold`]: paused until a newer table (or its time) comes.
 //!
 //! Everything but `adapter` is plain Rust over the [`host::Host`] trait and
 //! tested natively; `adapter` is the thin proxy-wasm glue (the ABI itself, no
@@ -14,6 +15,7 @@
 
 pub mod get_table;
 pub mod header_map;
+pub mod hold;
 pub mod host;
 pub mod identity;
 pub mod refresher;

@@ -89,13 +89,7 @@ impl Refresher {
     /// make the next call.
     pub fn on_response<H: Host>(&mut self, host: &H) -> Next {
         self.in_flight = false;
-        // A trailers-only gRPC reply carries grpc-status in the headers.
-        let header_or_trailer = |name| host.call_response_trailer(name).or_else(|| host.call_response_header(name));
-        let status = host.call_response_header(":status");
-        let grpc_status = header_or_trailer("grpc-status");
-        let grpc_message = header_or_trailer("grpc-message");
-        let body = host.call_response_body(get_table::MAX_TABLE_BYTES + 5);
-        let parsed = get_table::parse_response(status.as_deref(), grpc_status.as_deref(), grpc_message.as_deref(), &body);
+        let parsed = get_table::read_answer(host);
         let long_poll = self.config.wait_ms > 0;
         match parsed {
             Ok(Answer::Current { waited }) if waited && long_poll => Next::Now,

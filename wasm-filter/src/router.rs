@@ -6,24 +6,41 @@
 //! Host-independent: the adapter hands it a [`Host`].
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
-use mvp_contract::envoy::ROUTE_KEY_PROPERTY;
+use mvp_contract::envoy::{HELD_PROPERTY, ROUTE_KEY_PROPERTY};
 use mvp_contract::plugin::{IdentityConfig, RouterConfig};
 
+use crate::get_table::{self, Answer};
+use crate::hold::{Held, Holds};
 use crate::host::{Counter, Gauge, Host, LogLevel};
 use crate::identity;
-use crate::route;
+use crate::route::{self, Decision};
 use crate::requestinfo::RouteKey;
+use crate::table::RouteTable;
 use crate::urlpath::DecodedPath;
 use crate::shared_table::{Load, WorkerTable};
 
 /// How often a worker flushes its rerouted-request count.
 pub const FLUSH_MS: u32 = 1000;
 
+/// What the adapter tells the host after a request's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    /// Held (`hold.rs`): the request goes on from `on_hold_answer`.
+    Pause,
+}
+
 /// State a worker's HTTP contexts share with its root context.
 pub struct Router {
     config: RouterConfig,
     table: WorkerTable,
+    /// Requests held for a newer table (with `config.hold`).
+    holds: Option<Holds>,
+    /// The newest table a hold call brought, decoded once, until the
+    /// worker loads one the refresher published.
+    answered: RefCell<Option<Rc<RouteTable>>>,
     /// Spreads pinned requests over the capable apiservers.
     counter: Cell<u32>,
     /// Rerouted requests not yet added to the metric: flushed every
@@ -35,26 +52,28 @@ pub struct Router {
 
 impl Router {
     pub fn new<H: Host>(config: RouterConfig, host: &H) -> Router {
-        let router = Router { config, table: WorkerTable::default(), counter: Cell::new(0), unflushed: Cell::new(0), key_buf: RefCell::new(Vec::new()) };
+        let holds = config.hold.clone().map(Holds::new);
+        let router = Router {
+            config,
+            table: WorkerTable::default(),
+            holds,
+            answered: RefCell::new(None),
+            counter: Cell::new(0),
+            unflushed: Cell::new(0),
+            key_buf: RefCell::new(Vec::new()),
+        };
         router.load_table(host);
         router
     }
 
-    pub fn on_request_headers<H: Host>(&self, host: &H) {
+    /// `context`: the request's proxy-wasm context, for a hold's answer.
+    pub fn on_request_headers<H: Host>(&self, host: &H, context: u32) -> Action {
         if let Some(names) = &self.config.identity {
             forward_identity(host, names);
         }
         self.load_table(host);
-        let path = match host.request_header(":path") {
-            Ok(Some(p)) => p,
-            Ok(None) => return,
-            Err(e) => {
-                host.log(LogLevel::Warn, &format!("mvp router: reading :path: {e}"));
-                return;
-            }
-        };
+        let Some(path) = request_path(host) else { return Action::Continue };
         let table = self.table.current();
-        let n = self.counter.get();
         let decoded = DecodedPath::parse(&path);
         let (key, decision) = route::route(&table, &decoded);
         // What it is routed by, for the access log (when it is on).
@@ -68,18 +87,117 @@ impl Router {
                 host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
             }
         }
+        if let Decision::Unavailable { .. } = decision
+            && let Some(holds) = &self.holds
+            && holds.hold(host, context, table.version())
+        {
+            return Action::Pause;
+        }
+        self.pin(host, &decision);
+        Action::Continue
+    }
+
+    /// The answer to the worker's hold call (`token`), in the root context:
+    /// routes every held request by the newest table, holds again those it
+    /// still cannot route while their time lasts, and lets the others go
+    /// on — with the 503 Status if that is still the answer.
+    pub fn on_hold_answer<H: Host>(&self, host: &H, token: u32) {
+        let Some(holds) = &self.holds else { return };
+        let Some((call, held)) = holds.answered(token) else { return };
+        // The call's answer is the root context's: read before switching.
+        let answer = get_table::read_answer(host);
+        self.load_table(host);
+        let table = self.newest_table(host, call.asked_with, &answer);
+        // Held again only on an answer that waited (no busy loop on a
+        // failing or non-long-polling server).
+        let may_wait = matches!(answer, Ok(Answer::New(_) | Answer::Current { waited: true }));
+        let mut still = Vec::new();
+        for h in held {
+            match self.route_held(host, h, &table) {
+                Some(true) if may_wait => still.push(h),
+                Some(unavailable) => self.release(host, h, &table, unavailable),
+                None => {}
+            }
+        }
+        for h in holds.hold_again(host, still, table.version()) {
+            if self.route_held(host, h, &table).is_some() {
+                self.release(host, h, &table, true);
+            }
+        }
+    }
+
+    /// Switches to a held request's context; whether the table still
+    /// answers it with the 503. None: the request is gone.
+    fn route_held<H: Host>(&self, host: &H, h: Held, table: &RouteTable) -> Option<bool> {
+        host.set_effective_context(h.context).ok()?;
+        let path = request_path(host).unwrap_or_default();
+        Some(matches!(route::route(table, &DecodedPath::parse(&path)).1, Decision::Unavailable { .. }))
+    }
+
+    /// Lets a held request (the current context) go on, routed by `table`.
+    fn release<H: Host>(&self, host: &H, h: Held, table: &RouteTable, unavailable: bool) {
+        if let Some(path) = request_path(host) {
+            self.pin(host, &route::route(table, &DecodedPath::parse(&path)).1);
+        }
+        self.held_for(host, h, unavailable);
+        if let Err(e) = host.continue_request() {
+            host.log(LogLevel::Warn, &format!("mvp router: resuming a held request: {e}"));
+        }
+    }
+
+    /// The newest table the worker knows: its own, or one a hold call
+    /// brought before the refresher published it (kept until the worker
+    /// loads a table, so it is the newer while kept), or the one this
+    /// call brings if it asked with the newest.
+    fn newest_table<H: Host>(&self, host: &H, asked_with: u64, answer: &Result<Answer, get_table::GetTableError>) -> Rc<RouteTable> {
+        let Ok(mut answered) = self.answered.try_borrow_mut() else { return self.table.current() };
+        let base = answered.clone().unwrap_or_else(|| self.table.current());
+        let Ok(Answer::New(t)) = answer else { return base };
+        if t.version == base.version() || asked_with != base.version() {
+            return base;
+        }
+        match RouteTable::decode(&t.encoded) {
+            Ok(a) => {
+                let a = Rc::new(a);
+                *answered = Some(a.clone());
+                a
+            }
+            Err(e) => {
+                host.log(LogLevel::Warn, &format!("mvp router: the hold call's table: {e}"));
+                base
+            }
+        }
+    }
+
+    /// Counts a held request's end and, with the access log on, says how
+    /// long it was held and how it ended (`HELD_PROPERTY`).
+    fn held_for<H: Host>(&self, host: &H, held: Held, unavailable: bool) {
+        if unavailable {
+            host.count(Counter::HeldThenUnavailable, 1);
+        }
+        if self.config.export_route_key {
+            let ms = host.now_ms().saturating_sub(held.since_ms);
+            let how = if unavailable { "unavailable" } else { "routed" };
+            if let Err(e) = host.set_property(HELD_PROPERTY, format!("{ms} {how}").as_bytes()) {
+                host.log(LogLevel::Warn, &format!("mvp router: setting {HELD_PROPERTY}: {e}"));
+            }
+        }
+    }
+
+    /// Writes the route header the decision asks for. One header: Envoy's
+    /// route table adds x-kubernetes-peer-proxied and caps retries by the
+    /// number of hosts listed (ABI 0.2.1 clears the route cache on this
+    /// write, so the router matches again).
+    fn pin<H: Host>(&self, host: &H, decision: &Decision<'_>) {
+        let n = self.counter.get();
         let Some(hosts) = decision.hosts(n) else {
             return;
         };
         self.counter.set(n.wrapping_add(1));
-        // One header: Envoy's route table adds x-kubernetes-peer-proxied and
-        // caps retries by the number of hosts listed (ABI 0.2.1 clears the
-        // route cache on this write, so the router matches again).
         match host.set_request_header(&self.config.route_header, hosts) {
             Ok(()) => self.unflushed.set(self.unflushed.get() + 1),
             Err(e) => host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}")),
         }
-
     }
 
     /// Adds the requests rerouted since the last flush to the metric.
@@ -95,6 +213,10 @@ impl Router {
             Load::Unchanged => {}
             Load::Loaded => {
                 host.count(Counter::TableLoads, 1);
+                // A hold call's table, if any, is this one or older.
+                if let Ok(mut answered) = self.answered.try_borrow_mut() {
+                    *answered = None;
+                }
                 // The old table is dropped: this is the VM's high-water mark
                 // (linear memory never shrinks). A failed write only leaves
                 // the gauge stale.
@@ -105,6 +227,16 @@ impl Router {
                 host.log(LogLevel::Warn, &format!("mvp router: keeping the previous table: {e}"));
             }
             Load::Unreadable(key, e) => host.log(LogLevel::Warn, &format!("mvp router: reading {key}: {e}")),
+        }
+    }
+}
+
+fn request_path<H: Host>(host: &H) -> Option<Vec<u8>> {
+    match host.request_header(":path") {
+        Ok(p) => p,
+        Err(e) => {
+            host.log(LogLevel::Warn, &format!("mvp router: reading :path: {e}"));
+            None
         }
     }
 }

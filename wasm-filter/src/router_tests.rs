@@ -1,6 +1,6 @@
 //! Tests of `router.rs`.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
 use crate::get_table::NewTable;
 use crate::host_fake::FakeHost;
@@ -28,7 +28,7 @@ fn pins_requests_only_some_apiservers_serve() {
         ("/healthz", vec![], None),
     ] {
         let request = refresher.sibling().with_path(path);
-        router.on_request_headers(&request);
+        router.on_request_headers(&request, 1);
         assert_eq!(request.header_values("x-mvp-route"), want, "{path}");
         // Every routed request names its key (for the access log).
         let property = request.properties.borrow().get("mvp_route_key").cloned();
@@ -47,19 +47,19 @@ fn loads_a_new_table_on_the_next_request() {
     let worker = refresher.sibling();
     let router = Router::new(RouterConfig::default(), &worker);
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/resourceclaims");
-    router.on_request_headers(&request);
+    router.on_request_headers(&request, 1);
     assert!(request.header_values("x-mvp-route").is_empty(), "no table yet: load balancing");
 
     let t = sample();
     publish(&refresher, &NewTable { version: t.version, encoded: t.encode_to_vec() }).unwrap();
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/resourceclaims");
-    router.on_request_headers(&request);
+    router.on_request_headers(&request, 1);
     assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1002"]);
     assert_eq!(request.counter(Counter::TableLoads), 1);
 
     publish(&refresher, &NewTable { version: 9, encoded: b"junk".to_vec() }).unwrap();
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/resourceclaims");
-    router.on_request_headers(&request);
+    router.on_request_headers(&request, 1);
     assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1002"], "last good table kept");
     assert_eq!(request.counter(Counter::TableErrors), 1);
 }
@@ -71,13 +71,182 @@ fn forwards_a_verified_certificate_identity() {
     let router = Router::new(config, &FakeHost::default());
 
     let request = FakeHost { subject: Some(b"CN=alice,O=dev,O=ops".to_vec()), ..FakeHost::default() }.with_path("/api/v1/pods");
-    router.on_request_headers(&request);
+    router.on_request_headers(&request, 1);
     assert_eq!(request.header_values("x-remote-user"), ["alice"]);
     assert_eq!(request.header_values("x-remote-group"), ["ops", "dev"]);
 
     for subject in [None, Some(Vec::new()), Some(b"O=no-cn".to_vec())] {
         let request = FakeHost { subject, ..FakeHost::default() }.with_path("/api/v1/pods");
-        router.on_request_headers(&request);
+        router.on_request_headers(&request, 1);
         assert!(request.header_values("x-remote-user").is_empty());
+    }
+}
+
+mod hold {
+    use super::*;
+    use mvp_contract::headers::UNAVAILABLE;
+    use mvp_contract::plugin::HoldConfig;
+    use mvp_protos::routing::v1 as pb;
+
+    const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs/j";
+
+    /// The sample with c — alone serving batch/v1 jobs — closed
+    /// (restarting), or open again in a newer version.
+    fn table(c_open: bool, version: u64) -> pb::RoutingTable {
+        let mut t = sample();
+        t.version = version;
+        t.apiservers[2].closed = !c_open;
+        t.apiservers[2].healthy = c_open;
+        t
+    }
+
+    fn publish_table(host: &FakeHost, t: &pb::RoutingTable) {
+        publish(host, &NewTable { version: t.version, encoded: t.encode_to_vec() }).unwrap();
+    }
+
+    fn router(refresher: &FakeHost, max_held: u32) -> Router {
+        let config = RouterConfig { export_route_key: true, hold: Some(HoldConfig { max_held, ..HoldConfig::default() }), ..RouterConfig::default() };
+        Router::new(config, &refresher.sibling())
+    }
+
+    /// The worker's root context when its call answers: the call's answer
+    /// (none: it failed), the held requests (context → path), the time.
+    fn answering(refresher: &FakeHost, reply: Option<pb::GetTableResponse>, requests: &[(u32, &str)], now: u64) -> FakeHost {
+        let mut host = refresher.sibling();
+        host.now.set(now);
+        for (c, p) in requests {
+            host.add_request(*c, p);
+        }
+        if let Some(msg) = reply {
+            let msg = msg.encode_to_vec();
+            host.call_headers = vec![(":status".into(), b"200".to_vec())];
+            host.call_trailers = vec![("grpc-status".into(), b"0".to_vec())];
+            host.call_body = vec![0];
+            host.call_body.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+            host.call_body.extend_from_slice(&msg);
+        }
+        host
+    }
+
+    fn new_table(t: pb::RoutingTable) -> Option<pb::GetTableResponse> {
+        Some(pb::GetTableResponse { table: Some(t), waited: false })
+    }
+
+    fn held_property(host: &FakeHost) -> Option<String> {
+        host.properties.borrow().get("mvp_held").map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// Holds `n` requests for jobs (contexts 1..=n) at time `at`.
+    fn hold_jobs(router: &Router, refresher: &FakeHost, contexts: std::ops::RangeInclusive<u32>, at: u64) {
+        for c in contexts {
+            let request = refresher.sibling().with_path(JOBS);
+            request.now.set(at);
+            assert_eq!(router.on_request_headers(&request, c), Action::Pause);
+            assert!(request.header_values("x-mvp-route").is_empty(), "not answered yet");
+        }
+    }
+
+    #[test]
+    fn requests_only_a_restarting_server_serves_are_served_once_it_is_read() {
+        let refresher = FakeHost::default();
+        publish_table(&refresher, &table(false, 7));
+        let router = router(&refresher, 8);
+        hold_jobs(&router, &refresher, 1..=2, 0);
+
+        // One answer for both; a request gone meanwhile is skipped.
+        let answer = answering(&refresher, new_table(table(true, 8)), &[(1, JOBS)], 120);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(1, "x-mvp-route"), ["127.0.0.1:1003"]);
+        assert_eq!(*answer.continued.borrow(), [1]);
+        assert_eq!(held_property(&answer).as_deref(), Some("120 routed"));
+        assert_eq!(answer.counter(Counter::HeldThenUnavailable), 0);
+        assert!(answer.calls.borrow().is_empty(), "nothing left to hold");
+
+        // A request held before the refresher publishes the new table asks
+        // with the old version; the answer's table, decoded once, routes it.
+        hold_jobs(&router, &refresher, 3..=3, 200);
+        let answer = answering(&refresher, new_table(table(true, 8)), &[(3, JOBS)], 205);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(3, "x-mvp-route"), ["127.0.0.1:1003"]);
+
+        // Once it is published, nothing is held.
+        publish_table(&refresher, &table(true, 8));
+        let request = refresher.sibling().with_path(JOBS);
+        assert_eq!(router.on_request_headers(&request, 4), Action::Continue);
+        assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1003"]);
+    }
+
+    #[test]
+    fn held_requests_get_the_503_when_no_table_opens_their_server_in_time() {
+        let refresher = FakeHost::default();
+        publish_table(&refresher, &table(false, 7));
+        let router = router(&refresher, 8);
+        hold_jobs(&router, &refresher, 1..=1, 0);
+        hold_jobs(&router, &refresher, 2..=2, 600);
+        let both = [(1, JOBS), (2, JOBS)];
+
+        // A newer table that still has c closed: both held again, until
+        // the first one's deadline.
+        let answer = answering(&refresher, new_table(table(false, 9)), &both, 300);
+        router.on_hold_answer(&answer, 1);
+        assert!(answer.continued.borrow().is_empty(), "still held");
+        assert_eq!(answer.calls.borrow()[0].1, crate::get_table::request_body(9, 700));
+
+        // That wait passed with nothing newer: the first gets the 503 (as
+        // unheld), the second is held on until its own deadline.
+        let answer = answering(&refresher, Some(pb::GetTableResponse { table: None, waited: true }), &both, 1000);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(1, "x-mvp-route"), [UNAVAILABLE]);
+        assert_eq!(*answer.continued.borrow(), [1]);
+        assert_eq!(held_property(&answer).as_deref(), Some("1000 unavailable"));
+        assert_eq!(answer.counter(Counter::HeldThenUnavailable), 1);
+        assert_eq!(answer.calls.borrow()[0].1, crate::get_table::request_body(9, 600));
+    }
+
+    #[test]
+    fn a_failed_call_lets_every_held_request_go_by_the_newest_table_at_once() {
+        let refresher = FakeHost::default();
+        publish_table(&refresher, &table(false, 7));
+        let router = router(&refresher, 8);
+        hold_jobs(&router, &refresher, 1..=1, 0);
+        // mvp-ext-proc unreachable: no status, no body; never held again.
+        let answer = answering(&refresher, None, &[(1, JOBS)], 5);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!((answer.request_values(1, "x-mvp-route"), answer.continued.borrow().clone()), (vec![UNAVAILABLE.to_string()], vec![1]));
+        assert!(answer.calls.borrow().is_empty());
+
+        // The refresher published meanwhile: the worker's table routes it.
+        hold_jobs(&router, &refresher, 2..=2, 10);
+        publish_table(&refresher, &table(true, 8));
+        let answer = answering(&refresher, None, &[(2, JOBS)], 20);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(2, "x-mvp-route"), ["127.0.0.1:1003"]);
+
+        // An answer to a call not the router's changes nothing.
+        let answer = answering(&refresher, None, &[(3, JOBS)], 30);
+        router.on_hold_answer(&answer, 77);
+        assert!(answer.continued.borrow().is_empty());
+    }
+
+    #[test]
+    fn holds_only_what_would_be_a_503_and_at_most_max_held() {
+        let refresher = FakeHost::default();
+        publish_table(&refresher, &table(false, 7));
+        let router = router(&refresher, 2);
+        let served = refresher.sibling().with_path("/apis/apps/v1/namespaces/ns/deployments");
+        assert_eq!(router.on_request_headers(&served, 1), Action::Continue);
+        assert!(served.calls.borrow().is_empty());
+
+        hold_jobs(&router, &refresher, 2..=3, 0);
+        let third = refresher.sibling().with_path(JOBS);
+        assert_eq!(router.on_request_headers(&third, 4), Action::Continue, "max_held is 2");
+        assert_eq!(third.header_values("x-mvp-route"), [UNAVAILABLE]);
+        assert_eq!(third.counter(Counter::HoldRefused), 1);
+
+        // Without hold configured: the 503 at once.
+        let unheld = Router::new(RouterConfig::default(), &refresher.sibling());
+        let request = refresher.sibling().with_path(JOBS);
+        assert_eq!(unheld.on_request_headers(&request, 5), Action::Continue);
+        assert_eq!(request.header_values("x-mvp-route"), [UNAVAILABLE]);
     }
 }

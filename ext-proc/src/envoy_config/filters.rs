@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use mvp_contract::envoy::{EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID};
 use mvp_contract::headers::DISCOVERY_RESULT;
-use mvp_contract::plugin::{IdentityConfig, PluginConfig, RefresherConfig, RouterConfig};
+use mvp_contract::plugin::{HoldConfig, IdentityConfig, PluginConfig, RefresherConfig, RouterConfig};
 use serde_json::{Value, json};
 
 use super::EnvoyConfigOptions;
@@ -144,6 +144,12 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
         }),
         // What each request was routed by, for the access log's `routedBy`.
         export_route_key: o.access_log,
+        // Requests only closed apiservers serve wait (bounded) for the
+        // table that opens one, asking the first replica like the refresher.
+        hold: (!o.hold_unavailable.is_zero()).then(|| HoldConfig {
+            max_ms: u32::try_from(o.hold_unavailable.as_millis()).unwrap_or(u32::MAX),
+            ..HoldConfig::default()
+        }),
         ..RouterConfig::default()
     });
     let fallback = (o.ext_proc.len() > 1).then(|| ext_proc_fallback(o));

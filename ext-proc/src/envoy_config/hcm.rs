@@ -1,7 +1,7 @@
 //! The HTTP connection manager: strips what clients must not send, then the
 //! filters and routes, and turns Envoy's own error replies into `metav1.Status`.
 
-use mvp_contract::envoy::ROUTE_KEY_FILTER_STATE;
+use mvp_contract::envoy::{HELD_FILTER_STATE, ROUTE_KEY_FILTER_STATE};
 use mvp_contract::headers::{ROUTE, STRIPPED, STRIPPED_PREFIXES};
 use mvp_contract::limits::RETRY_BODY_BUFFER_BYTES;
 use serde_json::{Value, json};
@@ -80,8 +80,9 @@ fn local_replies() -> Vec<Value> {
 /// the filter classified (group/version/resource[/subresource], a discovery
 /// or OpenAPI document; null for paths it does not route), `route` the
 /// override-host list for requests it pinned (null: load-balanced over
-/// every apiserver); `user` only when the front door verified a client
-/// certificate.
+/// every apiserver); `held` for a request held for a newer table, how long
+/// and how it ended (`312 routed`, `1000 unavailable`); `user` only when the
+/// front door verified a client certificate.
 fn access_log(o: &EnvoyConfigOptions) -> Value {
     let user = format!("%REQ({})%", o.requestheader.username_header());
     json!([{
@@ -100,6 +101,7 @@ fn access_log(o: &EnvoyConfigOptions) -> Value {
                 "upstream": "%UPSTREAM_HOST%",
                 "route": format!("%REQ({ROUTE})%"),
                 "routedBy": format!("%FILTER_STATE({ROUTE_KEY_FILTER_STATE}:PLAIN)%"),
+                "held": format!("%FILTER_STATE({HELD_FILTER_STATE}:PLAIN)%"),
                 "user": user,
                 "userAgent": "%REQ(USER-AGENT)%",
                 "client": "%DOWNSTREAM_REMOTE_ADDRESS%",

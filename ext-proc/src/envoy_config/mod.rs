@@ -45,6 +45,9 @@ pub struct EnvoyConfigOptions {
     /// `unix:/path`: one per replica, the preferred first.
     pub ext_proc: Vec<String>,
     pub table_poll_interval: Duration,
+    /// Longest the filter holds a request only closed apiservers serve,
+    /// waiting for a table that opens one, before its 503 (0: the 503 at once).
+    pub hold_unavailable: Duration,
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
     pub ext_proc_message_timeout: Duration,
@@ -69,6 +72,8 @@ pub enum ConfigError {
         "--client-ca-file forwards client identities as requestheaders, which apiservers trust only from the front door's --proxy-client-cert-file"
     )]
     IdentityNeedsProxyCert,
+    #[error("--hold-unavailable {0:?}: at most {max}s", max = mvp_contract::limits::MAX_TABLE_WAIT_MS / 1000)]
+    HoldTooLong(Duration),
     #[error("{0}")]
     Apiservers(String),
 }
@@ -118,6 +123,9 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     }
     if o.ext_proc.is_empty() {
         return Err(ConfigError::NoExtProc);
+    }
+    if o.hold_unavailable > Duration::from_millis(mvp_contract::limits::MAX_TABLE_WAIT_MS.into()) {
+        return Err(ConfigError::HoldTooLong(o.hold_unavailable));
     }
     let replicas = o.ext_proc.iter().map(|a| ext_proc_address(a).ok_or_else(|| ConfigError::ExtProc(a.clone()))).collect::<Result<Vec<_>, _>>()?;
     let ext_proc_clusters = static_cluster::ext_proc(replicas)?;
@@ -207,6 +215,7 @@ mod tests {
             wasm: "/w.wasm".into(),
             ext_proc: vec!["127.0.0.1:18000".into()],
             table_poll_interval: Duration::from_millis(200),
+            hold_unavailable: Duration::from_secs(1),
             ext_proc_message_timeout: Duration::from_secs(1),
             front_tls: None,
             peer_tls: None,
@@ -241,6 +250,25 @@ mod tests {
             o.ext_proc = bad.iter().map(ToString::to_string).collect();
             assert!(render(&o).is_err(), "{bad:?}");
         }
+        let o = EnvoyConfigOptions { hold_unavailable: Duration::from_secs(61), ..opts(&[]) };
+        assert!(matches!(render(&o), Err(ConfigError::HoldTooLong(_))));
+    }
+
+    /// The router plugin's configuration, as the filter parses it.
+    fn router_config(o: &EnvoyConfigOptions) -> mvp_contract::plugin::PluginConfig {
+        let v = render(o).unwrap();
+        let hcm = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+        let raw = hcm["http_filters"][0]["typed_config"]["config"]["configuration"]["value"].as_str().unwrap();
+        mvp_contract::plugin::PluginConfig::parse(raw.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn holds_requests_only_closed_apiservers_serve_unless_told_not_to() {
+        use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
+        let PluginConfig::Router(RouterConfig { hold, .. }) = router_config(&opts(&[])) else { panic!("not the router") };
+        assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 64, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
+        let off = EnvoyConfigOptions { hold_unavailable: Duration::ZERO, ..opts(&[]) };
+        assert!(matches!(router_config(&off), PluginConfig::Router(RouterConfig { hold: None, .. })));
     }
 
     #[test]

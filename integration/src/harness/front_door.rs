@@ -92,6 +92,7 @@ impl FrontDoor {
         topology.state_file = Some(dir.path().join("mvp-ext-proc-state.json"));
         topology.tls = options.tls.clone();
         topology.serve_extra = options.ext_proc_args.clone();
+        topology.hold_unavailable = options.hold_unavailable;
         if options.grpc_over_unix {
             topology.grpc_unix = Some(dir.path().join("mvp-ext-proc.sock"));
         }

@@ -41,6 +41,8 @@ pub struct Options {
     /// mvp-ext-proc replicas (1: one process). Envoy lists them all, the
     /// first preferred ([`Topology::standbys`]).
     pub replicas: usize,
+    /// `envoy-config --hold-unavailable` (the product's default otherwise).
+    pub hold_unavailable: Option<Duration>,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             seeds: None,
             grpc_over_unix: false,
             replicas: 1,
+            hold_unavailable: None,
         }
     }
 }

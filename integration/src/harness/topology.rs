@@ -68,6 +68,8 @@ pub struct Topology {
     /// `ports.metrics`): same flags, their own ports and state file; Envoy
     /// lists them after the first (`--ext-proc` repeated).
     pub standbys: Vec<Replica>,
+    /// `envoy-config --hold-unavailable` (the product's default otherwise).
+    pub hold_unavailable: Option<Duration>,
 }
 
 /// Where one more mvp-ext-proc replica listens.
@@ -91,6 +93,7 @@ impl Topology {
             grpc_unix: None,
             envoy_start_within: Duration::from_secs(30),
             standbys: vec![],
+            hold_unavailable: None,
         }
     }
 
@@ -184,6 +187,9 @@ impl Topology {
             "--access-log".into(),
             if self.access_log { "stdout" } else { "off" }.into(),
         ]);
+        if let Some(hold) = self.hold_unavailable {
+            args.extend(["--hold-unavailable".into(), format!("{}ms", hold.as_millis())]);
+        }
         args.extend(self.peer_flags());
         if let Some(pki) = &self.tls {
                 args.extend([

@@ -19,6 +19,9 @@ const CALL_RESPONSE_TRAILERS: u32 = 7;
 const CALL_RESPONSE_BODY: u32 = 4;
 const PLUGIN_CONFIGURATION: u32 = 7;
 
+/// `WasmStreamType::Request`.
+const STREAM_REQUEST: u32 = 0;
+
 const METRIC_COUNTER: u32 = 0;
 const METRIC_GAUGE: u32 = 1;
 
@@ -41,6 +44,9 @@ unsafe extern "C" {
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
     fn proxy_get_metric(metric_id: u32, return_value: *mut u64) -> u32;
+    fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
+    fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
     fn proxy_http_call(upstream_data: *const u8, upstream_size: usize, headers_data: *const u8, headers_size: usize, body_data: *const u8, body_size: usize, trailers_data: *const u8, trailers_size: usize, timeout_ms: u32, return_token: *mut u32) -> u32;
 }
 
@@ -82,8 +88,8 @@ pub fn set_tick_period_ms(ms: u32) -> Result<(), HostError> {
     status(unsafe { proxy_set_tick_period_milliseconds(ms) })
 }
 
-/// An HTTP call to `cluster`; the answer comes to the calling root
-/// context's `proxy_on_http_call_response`. A cluster the bootstrap does not
+/// An HTTP call to `cluster`; the host makes it on the calling context's
+/// root, whose `proxy_on_http_call_response` gets the answer. A cluster the bootstrap does not
 /// define is an error status here, not a panic.
 pub fn http_call(cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: std::time::Duration) -> Result<u32, HostError> {
     let headers = crate::header_map::serialize(headers);
@@ -157,6 +163,26 @@ impl Host for AbiHost {
     fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError> {
         let ptr = if value.is_empty() { null() } else { value.as_ptr() };
         status(unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), ptr, value.len(), 0) })
+    }
+
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: std::time::Duration) -> Result<u32, HostError> {
+        http_call(cluster, headers, body, timeout)
+    }
+
+    fn set_effective_context(&self, context: u32) -> Result<(), HostError> {
+        status(unsafe { proxy_set_effective_context(context) })
+    }
+
+    fn continue_request(&self) -> Result<(), HostError> {
+        status(unsafe { proxy_continue_stream(STREAM_REQUEST) })
+    }
+
+    fn now_ms(&self) -> u64 {
+        let mut ns = 0;
+        // A failed read is time 0: a hold then lasts until a whole wait
+        // passes with no newer table.
+        let _ = unsafe { proxy_get_current_time_nanoseconds(&mut ns) };
+        ns / 1_000_000
     }
 
     fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {

@@ -2,11 +2,13 @@
 //! host skips any callback a module does not export (proxy-wasm-cpp-host
 //! looks each export up once at load). Per request that is one callback,
 //! `proxy_on_request_headers`, plus one `proxy_on_memory_allocate` per value
-//! the host hands back. Context creation, the response phases, logging and
+//! the host hands back (and, for a request held for a newer table, its
+//! call's `proxy_on_http_call_response`). Context creation, the response phases, logging and
 //! deletion are not exported: the filter keeps no per-request state.
 //! Nothing here may panic: a trap breaks the worker's VM.
 
 use super::with_vm;
+use crate::router::Action;
 
 unsafe extern "C" {
     /// wasi-libc's static constructors (a reactor module runs them in
@@ -53,15 +55,17 @@ pub extern "C" fn proxy_on_tick(root: u32) {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn proxy_on_http_call_response(root: u32, _token: u32, _headers: u32, _body_size: u32, _trailers: u32) {
-    // The refresher has at most one call in flight, so the token says nothing
-    // the root does not know.
-    with_vm((), |vm| vm.http_call_response(root))
+pub extern "C" fn proxy_on_http_call_response(root: u32, token: u32, _headers: u32, _body_size: u32, _trailers: u32) {
+    with_vm((), |vm| vm.http_call_response(root, token))
 }
 
-/// Returns Action::Continue (0): the filter never holds a request.
+/// Returns Action::Continue (0), or Action::Pause (1) for a request held
+/// for a newer table (`hold.rs`; the host makes it StopAllIterationAndWatermark,
+/// so its body waits too); its call's answer lets it go on.
 #[unsafe(no_mangle)]
-pub extern "C" fn proxy_on_request_headers(_context: u32, _headers: u32, _end_of_stream: u32) -> u32 {
-    with_vm((), |vm| vm.request_headers());
-    0
+pub extern "C" fn proxy_on_request_headers(context: u32, _headers: u32, _end_of_stream: u32) -> u32 {
+    match with_vm(Action::Continue, |vm| vm.request_headers(context)) {
+        Action::Continue => 0,
+        Action::Pause => 1,
+    }
 }

@@ -21,7 +21,7 @@ use mvp_contract::plugin::PluginConfig;
 
 use crate::host::{Host, LogLevel as Level};
 use crate::refresher::{Next, Refresher};
-use crate::router::{FLUSH_MS, Router};
+use crate::router::{Action, FLUSH_MS, Router};
 use abi::AbiHost;
 
 /// What a root context was configured as. Without a router, requests pass
@@ -96,14 +96,18 @@ impl Vm {
         self.roots.iter_mut().find(|(i, _)| *i == id).map(|(_, r)| r)
     }
 
-    /// Every HTTP context is the router's (see [`Vm`]); without one it
-    /// passes through.
-    fn request_headers(&mut self) {
-        if let Some((_, Root { role: Role::Router(r), host })) = self.roots.iter().find(|(_, r)| matches!(r.role, Role::Router(_))) {
-            r.on_request_headers(host);
-        }
+    fn router(&self) -> Option<(&Router, &AbiHost)> {
+        self.roots.iter().find_map(|(_, Root { role, host })| match role {
+            Role::Router(r) => Some((r, host)),
+            Role::Refresher(_) => None,
+        })
     }
 
+    /// Every HTTP context is the router's (see [`Vm`]); without one it
+    /// passes through.
+    fn request_headers(&self, context: u32) -> Action {
+        self.router().map_or(Action::Continue, |(r, host)| r.on_request_headers(host, context))
+    }
     /// Configures root `id` from its plugin configuration. A root that
     /// fails is forgotten (Envoy rejects the plugin); one that succeeds
     /// replaces any other root in the same role.
@@ -141,11 +145,17 @@ impl Vm {
         }
     }
 
-    fn http_call_response(&mut self, id: u32) {
-        if let Some(Root { role: Role::Refresher(r), host }) = self.root(id)
-            && r.on_response(host) == Next::Now
-        {
-            call_for_table(r, host);
+    /// A root's call answered: the refresher's, or the router's hold call.
+    fn http_call_response(&mut self, id: u32, token: u32) {
+        match self.root(id) {
+            Some(Root { role: Role::Refresher(r), host }) => {
+                let next = r.on_response(host);
+                if next == Next::Now {
+                    call_for_table(r, host);
+                }
+            }
+            Some(Root { role: Role::Router(r), host }) => r.on_hold_answer(host, token),
+            None => {}
         }
     }
 }
