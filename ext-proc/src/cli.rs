@@ -316,7 +316,7 @@ pub fn main() -> ExitCode {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    crate::memory::configure();
+    crate::building::memory::configure();
     if a.unhealthy_retention.is_some() {
         tracing::warn!("--unhealthy-retention is ignored: an apiserver's last known API set is kept for as long as it is configured");
     }

@@ -1,27 +1,26 @@
 //! `mvp-ext-proc`, the control half of the mvp-envoy front door.
 //!
 //! Data paths (folders and files in this order):
-//! - table path: [`apiservers`] (the configured set) → [`discover`] (what
-//!   each apiserver serves — its capabilities — over plain HTTP or mTLS) → [`sync`] (one loop;
-//!   per-apiserver state and health policy) → [`table`] (bitmasks,
-//!   versioned; `GetTable` for Envoy's wasm refresher, long-polled; the
-//!   routing decision explained).
-//! - `/apis` path: [`sync`] → [`merge`] (kube's peer-aggregated merge, kept
-//!   [`encoded`], built off the loop, freed memory handed back by [`memory`]) →
-//!   [`rewrite`] (Envoy's ext_proc on `/apis`). [`apidiscovery`] holds
-//!   Kubernetes' discovery types, their Go-exact JSON, protobuf and ETag.
 //! - membership path: the `--apiserver` seeds and [`membership`] (identity
 //!   Leases, the `default/kubernetes` Endpoints, through kube-rs reflectors)
-//!   → [`sync`] (a poller per member: `/readyz`, discovery, OpenAPI; opens a
-//!   member only once every connected Envoy acknowledged its endpoint) →
-//!   [`xds`] (ADS: CDS the apiserver clusters, EDS every member, DRAINING
-//!   once departed); the [`state_file`] keeps API sets across restarts.
-//! - Each plane (endpoints, table, merged `/apis`, OpenAPI, state file)
-//!   follows the member states [`sync`] hands it and rebuilds only what
-//!   changed, in its folder's `plane.rs`; the slow ones off the loop
-//!   ([`latest`]).
-//! - OpenAPI path: [`discover`] → [`openapi`] (the merged `/openapi/v2` and
-//!   v3 index) → [`rewrite`].
+//!   → [`sync`] (a poller per member: `/readyz`, [`discover`] — what each
+//!   apiserver serves, over plain HTTP or mTLS — and OpenAPI; one loop owns
+//!   every member's state, opens a member only once every connected Envoy
+//!   acknowledged its endpoint, and publishes the states — nothing else).
+//! - The planes follow the member states, each in its own folder and
+//!   rebuilding only what changed, in its `plane.rs`, the slow ones off the
+//!   loop ([`building`]):
+//!   - [`xds`]: Envoy's endpoints over ADS (CDS the apiserver clusters, EDS
+//!     every member, DRAINING once departed);
+//!   - [`table`]: the routing table (bitmasks, versioned), served as
+//!     `GetTable` to Envoy's wasm refresher (long-polled) and explained;
+//!   - [`merge`]: kube's peer-aggregated `/apis` (kept [`encoded`]); [`apidiscovery`] holds Kubernetes'
+//!     discovery types, their Go-exact JSON, protobuf and ETag;
+//!   - [`openapi`]: the merged `/openapi/v2` and v3 index;
+//!   - [`state_file`]: every member's last known API set across restarts
+//!     (read back into [`sync`] at start).
+//! - [`rewrite`]: Envoy's ext_proc on `/apis` and `/openapi/*`, answering
+//!   from the merged documents.
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
 //! - [`grpc`]: the listeners Envoy reaches (TCP, Unix socket) and the
@@ -34,14 +33,13 @@
 
 pub mod apidiscovery;
 pub mod apiservers;
+pub mod building;
 pub mod cli;
 pub mod discover;
 pub mod encoded;
 pub mod envoy_config;
 pub mod grpc;
-pub mod latest;
 pub mod membership;
-pub mod memory;
 pub mod merge;
 pub mod metrics;
 pub mod openapi;
@@ -52,9 +50,7 @@ pub mod state_file;
 pub mod stopping;
 pub mod sync;
 pub mod table;
-pub mod thread_cpu;
 pub mod tls;
-pub mod unchanged;
 pub mod xds;
 
 #[cfg(test)]

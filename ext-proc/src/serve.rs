@@ -1,9 +1,11 @@
-//! `mvp-ext-proc serve`: apiservers → discover → sync (table, merged `/apis`)
-//! → the gRPC listener Envoy calls (`GetTable` for the wasm refresher,
-//! ext_proc for `/apis`) and the admin listener.
+//! `mvp-ext-proc serve`: membership → sync (member states) → the planes
+//! that follow them (endpoints, table, merged `/apis` and OpenAPI, state
+//! file) → the gRPC listener Envoy calls (ADS, `GetTable` for the wasm
+//! refresher, ext_proc for `/apis`) and the admin listener.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,12 +14,18 @@ use crate::apiservers::{self, ApiserverSpec};
 use crate::discover::{DiscoveryOptions, Transport};
 use crate::grpc::listen::GrpcListen;
 use crate::metrics::Metrics;
-use crate::sync::{SyncOptions, Syncer};
+use crate::sync::{States, SyncOptions, Syncer};
 use crate::tls::PeerTls;
 use crate::stopping::Stop;
 use crate::xds::{AdsServer, ClusterOptions, Snapshot, XdsPublisher};
 use crate::membership::kube::KubeOptions;
-use crate::operate::admin;
+use crate::merge::apis_plane::DiscoveryPlane;
+use crate::merge::openapi_plane::OpenApiPlane;
+use crate::openapi::MergedOpenApi;
+use crate::operate::admin::{self, Published};
+use crate::state_file::persist::Persisted;
+use crate::state_file::plane::{StateFilePlane, persisting};
+use crate::table::plane::{TablePlane, Tables};
 use crate::{membership, rewrite, table};
 
 pub struct ServeOptions {
@@ -73,12 +81,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         o.peer_tls.as_ref().zip(rotation.as_ref().map(|(r, _)| r.client_config.clone())),
         &o.username_header,
     )?;
-    let options = SyncOptions {
-        interval: o.refresh_interval,
-        discovery: o.discovery,
-        state_file: o.state_file,
-        departed_retention: o.departed_retention,
-    };
+    let options = SyncOptions { interval: o.refresh_interval, discovery: o.discovery, departed_retention: o.departed_retention };
     let seed = membership::from_seed(&o.apiservers);
     // With `--membership` nothing is known to have left until it is listed.
     let (members_tx, members) = tokio::sync::watch::channel(o.membership.is_none().then(|| seed.clone()));
@@ -86,7 +89,16 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         Some(k) => Some(follow_cluster(k, o.apiservers.clone(), if o.peer_tls.is_some() { "https" } else { "http" }, members_tx.clone()).await?),
         None => None,
     };
-    let (syncer, published) = Syncer::new(&seed, transport, options, metrics.clone());
+    let state_file = o.state_file.as_deref().map(Persisted::new);
+    let restorable = match state_file.as_ref().map(Persisted::load) {
+        Some(Ok(stored)) => stored,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "starting without the state file; it is rewritten on the next change");
+            Default::default()
+        }
+        None => Default::default(),
+    };
+    let (syncer, states) = Syncer::new(&seed, restorable, transport, options, metrics.clone());
     let cluster_options = ClusterOptions {
         tls_files_digest: rotation.as_ref().map(|(r, _)| r.digest.borrow().clone()).unwrap_or_default(),
         peer_tls: o.peer_tls.clone(),
@@ -96,13 +108,14 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let (stop, stopping) = Stop::new();
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
     let ads = ads.ending_streams_at(stopping.clone()).with_max_stream_age(o.ads_max_stream_age);
-    let syncer = syncer.with_xds(XdsPublisher {
+    let syncer = syncer.gated_on(accepted);
+    let endpoints = XdsPublisher {
         options: cluster_options,
         tls_files: rotation.as_ref().map(|(r, _)| r.digest.clone()),
         snapshot: snapshot_tx,
-        accepted,
         from: vec![],
-    });
+    };
+    let (published, planes) = follow_states(states, endpoints, state_file, &metrics);
 
     let mut grpc = Vec::new();
     for at in &o.grpc_listen {
@@ -135,7 +148,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .add_service(health)
         .add_service(ads.service())
-        .add_service(table::service::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
+        .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
     tokio::spawn(stop.on_signal());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));
@@ -151,6 +164,9 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         t.abort();
     }
     sync_task.abort();
+    for p in planes {
+        p.abort();
+    }
     health_task.abort();
     if let Some((_, t)) = rotation {
         t.abort();
@@ -232,3 +248,28 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Starts the planes that follow the member states, each its own task: the
+/// routing table, Envoy's endpoints, the merged `/apis` and OpenAPI, the
+/// state file. The state file's writer starts from the states as restored,
+/// before the sync loop runs (what the file holds needs no write).
+fn follow_states(
+    states: States,
+    endpoints: XdsPublisher,
+    state_file: Option<Persisted>,
+    metrics: &Arc<Metrics>,
+) -> (Published, Vec<tokio::task::JoinHandle<()>>) {
+    let (table, Tables { table: table_rx, changed }) = TablePlane::new(metrics.clone());
+    let (merged_tx, merged) = tokio::sync::watch::channel(None);
+    let (openapi_tx, openapi) = tokio::sync::watch::channel(Arc::new(MergedOpenApi::default()));
+    let mut planes = vec![
+        tokio::spawn(table.run(states.clone())),
+        tokio::spawn(endpoints.run(states.clone())),
+        tokio::spawn(DiscoveryPlane::new(merged_tx, metrics.clone()).run(states.clone())),
+        tokio::spawn(OpenApiPlane::new(openapi_tx).run(states.clone())),
+    ];
+    if let Some(file) = state_file {
+        let restored = persisting(&states.borrow().members);
+        planes.push(tokio::spawn(StateFilePlane::spawn(file, restored).run(states.clone())));
+    }
+    (Published { states, table: table_rx, table_changed: changed, merged, openapi }, planes)
+}

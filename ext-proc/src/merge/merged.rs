@@ -75,7 +75,7 @@ impl MergedDocument {
     /// fetched each of a CRD-heavy document's 3,000 groups from memory once
     /// per form; one pass takes a quarter less CPU (BENCHMARKS.md).
     pub fn build(servers: &BTreeMap<String, &[SharedGroup]>, closed: &BTreeSet<String>, previous: Option<&MergedDocument>) -> MergedDocument {
-        let (started, cpu_started) = (std::time::Instant::now(), crate::thread_cpu::now());
+        let (started, cpu_started) = (std::time::Instant::now(), crate::building::thread_cpu::now());
         let lists: Vec<&[SharedGroup]> = servers.values().copied().collect();
         let closed: Vec<bool> = servers.keys().map(|n| closed.contains(n)).collect();
         let plan = peer_aggregated::plan(&lists);
@@ -147,7 +147,7 @@ impl MergedDocument {
             parts,
             inputs,
             build_time: started.elapsed(),
-            build_cpu: crate::thread_cpu::now().saturating_sub(cpu_started),
+            build_cpu: crate::building::thread_cpu::now().saturating_sub(cpu_started),
         }
     }
 

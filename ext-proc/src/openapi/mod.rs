@@ -1,21 +1,21 @@
-//! `/openapi/*` across apiservers: discover (each apiserver's `/openapi/v2`
-//! in both forms and its `/openapi/v3` index, read in
-//! `discover/openapi.rs`) → merge (here, once per change, off the
-//! async runtime) → rewrite (Envoy's ext_proc on `/openapi/v2` and
-//! `/openapi/v3`, in `rewrite`). `/openapi/v3/{key}` documents are not
+//! OpenAPI's formats and their merge, as [`crate::apidiscovery`] holds
+//! discovery's: `/openapi/*` across apiservers is read with the rest of a
+//! server's discovery (`discover/openapi.rs`), merged by this module's
+//! [`MergedOpenApi::build`] once per change off the loop (its plane:
+//! `merge/openapi_plane.rs`), and answered by Envoy's ext_proc
+//! (`rewrite/openapi.rs`). `/openapi/v3/{key}` documents are not
 //! merged: the wasm filter routes each to the servers whose index lists the
 //! key (the routing table's `openapi_v3` entries).
 //!
 //! The same three stages as `/apis`, each where its kind lives: reading
 //! with the rest of a server's discovery (the `Discoverer`'s own requests,
-//! ETags and deadline), merging here ([`plane`] follows the members'
-//! documents), answering with the rest of Envoy's ext_proc exchanges.
+//! ETags and deadline), merging in the merged documents' planes, answering
+//! with the rest of Envoy's ext_proc exchanges.
 //!
 //! kube's own Mixed Version Proxy serves `/openapi/*` locally; a client of a
 //! mixed control plane then sees one server's schemas (`kubectl explain`
 //! fails for a type only another server has). Here every schema is there.
 
-pub mod plane;
 pub mod protowire;
 pub mod v2;
 pub mod v3_index;
@@ -51,7 +51,7 @@ pub struct ServerOpenApi {
 
 impl ServerOpenApi {
     pub fn same(&self, other: &ServerOpenApi) -> bool {
-        use crate::unchanged::same as eq;
+        use crate::building::unchanged::same as eq;
         let v3 = |s: &ServerOpenApi| s.v3_index.as_ref().map(|i| i.0.clone());
         eq(&self.v2_json, &other.v2_json) && eq(&self.v2_protobuf, &other.v2_protobuf) && eq(&v3(self), &v3(other))
     }

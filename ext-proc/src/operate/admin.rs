@@ -10,10 +10,27 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use tokio::sync::watch;
+
 use crate::discover::ServerView;
+use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
-use crate::sync::Published;
+use crate::openapi::MergedOpenApi;
+use crate::sync::States;
 use mvp_protos::routing::v1 as pb;
+
+/// What operators see: the member states and what each plane made of them.
+#[derive(Clone)]
+pub struct Published {
+    pub states: States,
+    pub table: watch::Receiver<Arc<pb::RoutingTable>>,
+    /// When the table last changed.
+    pub table_changed: watch::Receiver<std::time::SystemTime>,
+    /// The peer-aggregated `/apis` (none before the first merge).
+    pub merged: watch::Receiver<Option<Arc<MergedDocument>>>,
+    /// The merged `/openapi/v2` and `/openapi/v3` index.
+    pub openapi: watch::Receiver<Arc<MergedOpenApi>>,
+}
 
 #[derive(Clone)]
 struct AdminState {
@@ -96,7 +113,7 @@ async fn status_page(State(s): State<AdminState>) -> Response {
     let html = crate::operate::status_page::render(&crate::operate::status_page::Snapshot {
         table: &table,
         table_changed: changed,
-        states: &states,
+        states: &states.members,
         merged: merged.as_deref(),
         openapi: &openapi,
     });
@@ -126,6 +143,7 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
     let merged = s.published.merged.borrow().clone();
     let openapi = s.published.openapi.borrow().clone();
     let apiservers: Vec<serde_json::Value> = states
+        .members
         .iter()
         .map(|st| {
             serde_json::json!({

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::discover::ServerView;
 use crate::openapi::{Document, ServerOpenApi, v3_index};
+use crate::sync::state::LastKnown;
 
 /// The format this release writes and reads. Raised only for a change an
 /// older release cannot read; added fields are ignored by older readers.
@@ -60,15 +61,6 @@ struct EntryRef<'a> {
     openapi_v3_index: Option<&'a str>,
 }
 
-/// What the file holds for one member.
-#[derive(Debug)]
-pub struct Stored {
-    pub view: ServerView,
-    /// Only its `/openapi/v3` index (the v2 documents are megabytes; they
-    /// are read again).
-    pub openapi: Option<Arc<ServerOpenApi>>,
-}
-
 /// A member as it is written: name, URL, view, OpenAPI documents.
 pub type Member<'a> = (&'a str, &'a str, &'a ServerView, Option<&'a ServerOpenApi>);
 
@@ -88,7 +80,7 @@ impl Persisted {
     /// `<file>.unusable` first, so the next write does not destroy what a
     /// newer release (or a person) may still need. A bad entry is left
     /// out and named in the log.
-    pub fn load(&self) -> Result<BTreeMap<(String, String), Stored>, String> {
+    pub fn load(&self) -> Result<BTreeMap<(String, String), LastKnown>, String> {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
@@ -108,7 +100,7 @@ impl Persisted {
                         let doc = Document { etag: None, body: bytes::Bytes::from(body) };
                         Some(Arc::new(ServerOpenApi { v3_index: Some((Arc::new(doc), Arc::new(index))), ..Default::default() }))
                     });
-                    out.insert((name, e.url), Stored { view: e.view, openapi });
+                    out.insert((name, e.url), LastKnown { view: e.view, openapi });
                 }
                 Err(e) => tracing::warn!(state_file = %self.path.display(), apiserver = %name, error = %e, "a state file entry does not parse; that member starts without its last known API set"),
             }

@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::persist::Persisted;
 use crate::discover::ServerView;
-use crate::latest::Latest;
+use crate::building::latest::Latest;
 use crate::openapi::ServerOpenApi;
-use crate::unchanged::same;
+use crate::sync::state::ServerState;
+use crate::sync::{States, next_publication};
+use crate::building::unchanged::same;
 
 /// A member as handed to the writer: name, URL, view, OpenAPI documents.
 pub type StoredMember = (String, String, Arc<ServerView>, Option<Arc<ServerOpenApi>>);
@@ -30,7 +32,8 @@ pub struct StateFilePlane {
 
 impl StateFilePlane {
     /// `restored`: the views the file held at start (nothing to write
-    /// until one of them changes).
+    /// until one of them changes): [`persisting`] of the states the sync
+    /// loop starts with.
     pub fn spawn(file: Persisted, restored: Vec<Persisting>) -> StateFilePlane {
         let failed = Arc::new(AtomicBool::new(false));
         let flag = failed.clone();
@@ -46,6 +49,15 @@ impl StateFilePlane {
             },
         );
         StateFilePlane { latest, failed, from: restored }
+    }
+
+    /// Follows the member states until the sync loop ends.
+    pub async fn run(mut self, mut states: States) {
+        while let Some(s) = next_publication(&mut states).await {
+            self.follow(persisting(&s.members), || {
+                s.members.iter().filter_map(|s| Some((s.spec.name.clone(), s.spec.url.to_string(), s.view.clone()?, s.openapi.clone()))).collect()
+            });
+        }
     }
 
     /// Hands the members to the writer when some member's view changed, or
@@ -64,6 +76,11 @@ impl StateFilePlane {
     fn take_failure(&self) -> bool {
         self.failed.swap(false, Ordering::Relaxed)
     }
+}
+
+/// What the state file keeps of every member, in order.
+pub fn persisting(states: &[ServerState]) -> Vec<Persisting> {
+    states.iter().map(|s| (s.view.clone(), s.openapi.clone())).collect()
 }
 
 #[cfg(test)]

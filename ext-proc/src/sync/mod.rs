@@ -1,21 +1,22 @@
-//! membership → discover → member states → the planes: the sync loop (this
-//! file) follows the membership ([`reconcile`]: joins, departures,
-//! restarts), every member is read by its own loop ([`poll`]: its own
-//! schedule, its own deadline), the loop applies their reports to each
-//! member's [`state`], decides who is open and hands the states to the
-//! planes that follow them ([`outputs`]): Envoy's endpoints, the routing
-//! table, the merged `/apis` and OpenAPI, the state file — each in its own
-//! folder, each rebuilding only what changed.
+//! membership → discover → member states: the sync loop (this file)
+//! follows the membership ([`reconcile`]: joins, departures, restarts),
+//! every member is read by its own loop ([`poll`]: its own schedule, its
+//! own deadline), the loop applies their reports to each member's
+//! [`state`], decides who is open ([`open`]) and publishes the states —
+//! nothing else. The planes follow them, each in its own folder and each
+//! rebuilding only what changed: Envoy's endpoints ([`crate::xds::plane`]),
+//! the routing table ([`crate::table::plane`]), the merged `/apis`
+//! ([`crate::merge::apis_plane`]) and OpenAPI ([`crate::merge::openapi_plane`]), the
+//! state file ([`crate::state_file::plane`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mvp_protos::routing::v1 as pb;
-use std::collections::HashMap;
-
 use tokio::sync::{Notify, mpsc, watch};
 
-mod outputs;
+pub mod accepted;
+mod open;
 pub mod poll;
 mod reconcile;
 pub mod state;
@@ -23,41 +24,46 @@ pub mod state;
 use crate::apiservers::ApiserverSpec;
 use crate::discover::{DiscoveryOptions, Transport};
 use crate::membership::MemberSet;
-use crate::merge::MergedDocument;
-use crate::merge::plane::DiscoveryPlane;
-use crate::openapi::MergedOpenApi;
-use crate::openapi::plane::OpenApiPlane;
 use crate::metrics::Metrics;
-use crate::state_file::persist;
-use crate::state_file::plane::StateFilePlane;
-use crate::table::plane::{TablePlane, Tables};
-use crate::xds::XdsPublisher;
+use accepted::Accepted;
 use poll::MemberId;
-use state::ServerState;
+use state::{LastKnown, ServerState};
 
 #[derive(Debug, Clone)]
 pub struct SyncOptions {
     pub interval: Duration,
     pub discovery: DiscoveryOptions,
-    /// Where every member's last known API set survives restarts.
-    pub state_file: Option<std::path::PathBuf>,
     /// How long a departed member's last known API set is kept (its
     /// exclusive APIs answer 503 meanwhile, then 404).
     pub departed_retention: Duration,
 }
 
-/// What the rest of the process sees of the sync loop.
-#[derive(Clone)]
-pub struct Published {
-    pub table: watch::Receiver<Arc<pb::RoutingTable>>,
-    /// When the table last changed.
-    pub table_changed: watch::Receiver<std::time::SystemTime>,
-    pub states: watch::Receiver<Arc<Vec<ServerState>>>,
-    /// The peer-aggregated `/apis`, rebuilt only when some server's view changed.
-    pub merged: watch::Receiver<Option<Arc<MergedDocument>>>,
-    /// The merged `/openapi/v2` and `/openapi/v3` index, rebuilt only when
-    /// some server's documents changed.
-    pub openapi: watch::Receiver<Arc<MergedOpenApi>>,
+/// What the sync loop publishes: every member's state.
+#[derive(Debug, Default)]
+pub struct MemberStates {
+    /// Every member, departed ones until forgotten, sorted by name (the
+    /// table's bit order).
+    pub members: Vec<ServerState>,
+    /// Every member at start has answered (or failed) once. Before that the
+    /// states are the configured and restored members, for operators; the
+    /// planes publish nothing (an Envoy is sent no table and no endpoints).
+    pub complete: bool,
+}
+
+/// The member states as the planes and operators follow them.
+pub type States = watch::Receiver<Arc<MemberStates>>;
+
+/// The next complete publication of the member states not seen yet — the
+/// newest, when several came meanwhile; `None` once the sync loop ended.
+/// Each plane's loop: `while let Some(s) = next_publication(&mut states)`.
+pub async fn next_publication(states: &mut States) -> Option<Arc<MemberStates>> {
+    loop {
+        states.changed().await.ok()?;
+        let now = states.borrow_and_update().clone();
+        if now.complete {
+            return Some(now);
+        }
+    }
 }
 
 pub struct Syncer {
@@ -70,18 +76,16 @@ pub struct Syncer {
     reports_tx: mpsc::Sender<poll::Report>,
     reports_rx: Option<mpsc::Receiver<poll::Report>>,
     next_id: MemberId,
-    /// Views from the state file for members that have not joined yet.
-    restorable: HashMap<(String, String), persist::Stored>,
+    /// Last known API sets (the state file's) of members that have not
+    /// joined yet, by `(name, url)`.
+    restorable: BTreeMap<(String, String), LastKnown>,
     /// Set once the first table is out: members joining after it are gated
     /// on Envoy knowing their address.
     started: bool,
-    states_tx: watch::Sender<Arc<Vec<ServerState>>>,
-    // The planes that follow the member states (see [`outputs`]).
-    xds: Option<XdsPublisher>,
-    table: TablePlane,
-    discovery: DiscoveryPlane,
-    openapi: OpenApiPlane,
-    state_file: Option<StateFilePlane>,
+    /// What the connected Envoys acknowledged (see [`accepted`]); none
+    /// without ADS.
+    accepted: Option<watch::Receiver<Accepted>>,
+    states_tx: watch::Sender<Arc<MemberStates>>,
     metrics: Arc<Metrics>,
 }
 
@@ -103,21 +107,17 @@ impl Drop for Slot {
 
 impl Syncer {
     /// `initial` is the membership at start (the static seed, if any);
-    /// members in the state file that are not in it are restored when the
-    /// loop runs ([`Syncer::restore_the_rest`]).
-    pub fn new(initial: &MemberSet, transport: Transport, options: SyncOptions, metrics: Arc<Metrics>) -> (Syncer, Published) {
-        let persisted = options.state_file.as_deref().map(persist::Persisted::new);
-        let mut restorable = HashMap::new();
-        if let Some(p) = &persisted {
-            match p.load() {
-                Ok(stored) => restorable = stored.into_iter().collect(),
-                Err(e) => tracing::warn!(error = %e, "starting without the state file; it is rewritten on the next change"),
-            }
-        }
-        let (table, Tables { table: table_rx, changed: table_changed }) = TablePlane::new(metrics.clone());
-        let (states_tx, states_rx) = watch::channel(Arc::new(Vec::new()));
-        let (merged_tx, merged) = watch::channel(None);
-        let (openapi_tx, openapi) = watch::channel(Arc::new(MergedOpenApi::default()));
+    /// `restorable` the last known API sets an earlier run kept; members
+    /// there that are not in `initial` are restored when the loop runs
+    /// ([`Syncer::restore_the_rest`]).
+    pub fn new(
+        initial: &MemberSet,
+        restorable: BTreeMap<(String, String), LastKnown>,
+        transport: Transport,
+        options: SyncOptions,
+        metrics: Arc<Metrics>,
+    ) -> (Syncer, States) {
+        let (states_tx, states) = watch::channel(Arc::default());
         let (reports_tx, reports_rx) = mpsc::channel(64);
         let mut syncer = Syncer {
             slots: Vec::new(),
@@ -129,22 +129,15 @@ impl Syncer {
             next_id: 1,
             restorable,
             started: false,
+            accepted: None,
             states_tx,
-            xds: None,
-            table,
-            discovery: DiscoveryPlane::new(merged_tx, metrics.clone()),
-            openapi: OpenApiPlane::new(openapi_tx),
-            state_file: None,
             metrics,
         };
         for d in initial.iter() {
             syncer.join(d, false);
         }
-        // What the file holds already needs no write until it changes.
-        let restored = syncer.slots.iter().map(|s| (s.state.view.clone(), s.state.openapi.clone())).collect();
-        syncer.state_file = persisted.map(|file| StateFilePlane::spawn(file, restored));
-        syncer.states_tx.send_replace(Arc::new(syncer.states()));
-        (syncer, Published { table: table_rx, table_changed, states: states_rx, merged, openapi })
+        syncer.states_tx.send_replace(Arc::new(MemberStates { members: syncer.states(), complete: false }));
+        (syncer, states)
     }
 
     /// Members in the state file but not in the initial membership: with
@@ -176,9 +169,10 @@ impl Syncer {
         self.make_room();
     }
 
-    /// Serves Envoy's endpoints from the membership (see [`crate::xds`]).
-    pub fn with_xds(mut self, xds: XdsPublisher) -> Syncer {
-        self.xds = Some(xds);
+    /// Opens a member only once every connected Envoy acknowledged its
+    /// endpoint (see [`accepted`]; the ADS server keeps it).
+    pub fn gated_on(mut self, accepted: watch::Receiver<Accepted>) -> Syncer {
+        self.accepted = Some(accepted);
         self
     }
 
@@ -201,8 +195,7 @@ impl Syncer {
     /// events publishes at once.
     pub async fn run(mut self, mut members: watch::Receiver<Option<MemberSet>>) {
         let Some(mut rx) = self.reports_rx.take() else { return };
-        let mut accepted = self.xds.as_ref().map(|x| x.accepted.clone());
-        let mut tls_files = self.xds.as_ref().and_then(|x| x.tls_files.clone());
+        let mut accepted = self.accepted.clone();
         let initial = members.borrow_and_update().clone();
         self.restore_the_rest(initial.is_some());
         let mut waiting: Vec<MemberId> = self.slots.iter().filter(|s| s.task.is_some()).map(|s| s.id).collect();
@@ -241,17 +234,11 @@ impl Syncer {
                         None => std::future::pending().await,
                     }
                 } => {}
-                Some(digest) = async {
-                    match tls_files.as_mut() {
-                        Some(t) => t.changed().await.ok().map(|()| t.borrow_and_update().clone()),
-                        None => std::future::pending().await,
-                    }
-                } => self.rotate_tls_files(digest),
                 _ = retention.tick() => self.forget_expired(),
             }
             waiting.retain(|id| self.slots.iter().any(|s| s.id == *id && s.task.is_some()));
             if waiting.is_empty() {
-                self.publish().await;
+                self.publish();
                 self.started = true;
             }
         }

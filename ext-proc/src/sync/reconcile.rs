@@ -154,10 +154,9 @@ mod tests {
         let options = super::super::SyncOptions {
             interval: std::time::Duration::from_secs(3600),
             discovery: Default::default(),
-            state_file: None,
             departed_retention: std::time::Duration::from_secs(3600),
         };
-        Syncer::new(&Arc::default(), transport, options, crate::metrics::Metrics::new()).0
+        Syncer::new(&Arc::default(), Default::default(), transport, options, crate::metrics::Metrics::new()).0
     }
 
     fn members(prefix: &str, base: u16) -> MemberSet {
@@ -180,7 +179,7 @@ mod tests {
         assert_eq!(syncer.slots.len(), MAX_APISERVERS);
         assert!(syncer.slots.iter().all(|s| s.state.spec.name.starts_with("new-") && s.state.departed.is_none()));
         let states = syncer.states();
-        let members: Vec<TableMember> = states.iter().map(super::super::outputs::table_member).collect();
+        let members: Vec<TableMember> = states.iter().map(TableMember::of).collect();
         let table = build_table(members.iter().map(TableMember::member));
         assert_eq!(table.apiservers.len(), MAX_APISERVERS);
         let metrics = syncer.metrics.encode();

@@ -31,6 +31,16 @@ use crate::apiservers::ApiserverSpec;
 use crate::discover::ServerView;
 use crate::openapi::ServerOpenApi;
 
+/// A member's last known API set as an earlier run kept it (the state
+/// file, [`crate::state_file::persist`], reads and writes it).
+#[derive(Debug)]
+pub struct LastKnown {
+    pub view: ServerView,
+    /// Only its `/openapi/v3` index (the v2 documents are megabytes; they
+    /// are read again).
+    pub openapi: Option<Arc<ServerOpenApi>>,
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerState {
     pub spec: ApiserverSpec,
@@ -190,7 +200,7 @@ impl ServerState {
 
     /// Starts from what an earlier run persisted: unhealthy (not read yet),
     /// but routing by what it last served (its OpenAPI v3 keys too).
-    pub fn restored(&mut self, stored: crate::state_file::persist::Stored) {
+    pub fn restored(&mut self, stored: LastKnown) {
         self.view = Some(Arc::new(stored.view));
         self.openapi = stored.openapi;
         self.last_error = Some("not read since mvp-ext-proc started (API set from the state file)".into());
@@ -243,7 +253,7 @@ mod tests {
         let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
         let mut caps = Capabilities::default();
         caps.add_resource_name("batch", "v2alpha1", "cronjobs");
-        s.restored(crate::state_file::persist::Stored { view: view(caps.clone()), openapi: None });
+        s.restored(LastKnown { view: view(caps.clone()), openapi: None });
         assert!(!s.healthy);
         assert_eq!(s.view.as_deref(), Some(&view(caps)));
     }

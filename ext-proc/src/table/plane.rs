@@ -1,8 +1,9 @@
-//! The routing table plane: follows every member's part in the table (its
-//! view and OpenAPI index by identity, health, open/pending/draining,
-//! address) and builds and publishes a new table when one changed — on a
+//! The routing table plane: follows the member states — each one's part in
+//! the table (its view and OpenAPI index by identity, health,
+//! open/pending/draining, address) — and builds and publishes a new table
+//! when one changed — on a
 //! blocking thread: a CRD-heavy table is large enough to stall ext_proc
-//! answers on the runtime. [`super::service`] serves what it publishes.
+//! answers on the runtime. [`super::get_table`] serves what it publishes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,9 @@ use super::build::{self, Member};
 use crate::discover::ServerView;
 use crate::openapi::ServerOpenApi;
 use crate::metrics::Metrics;
-use crate::unchanged::same;
+use crate::sync::state::ServerState;
+use crate::sync::{States, next_publication};
+use crate::building::unchanged::same;
 
 /// One member's part in the table, owned (it goes to the building thread);
 /// its view and OpenAPI documents compared by identity.
@@ -32,6 +35,19 @@ pub struct TableMember {
 }
 
 impl TableMember {
+    pub fn of(s: &ServerState) -> TableMember {
+        TableMember {
+            name: s.spec.name.clone(),
+            address: s.address,
+            healthy: s.healthy,
+            open: s.open,
+            pending: s.pending,
+            draining: s.draining,
+            view: s.view.clone(),
+            openapi: s.openapi.clone(),
+        }
+    }
+
     pub fn member(&self) -> Member<'_> {
         Member {
             name: &self.name,
@@ -75,6 +91,13 @@ impl TablePlane {
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (changed_tx, changed) = watch::channel(SystemTime::now());
         (TablePlane { table: table_tx, changed: changed_tx, from: vec![], metrics }, Tables { table, changed })
+    }
+
+    /// Follows the member states until the sync loop ends.
+    pub async fn run(mut self, mut states: States) {
+        while let Some(s) = next_publication(&mut states).await {
+            self.follow(s.members.iter().map(TableMember::of).collect()).await;
+        }
     }
 
     /// Builds and publishes the table when a member's part changed (and the

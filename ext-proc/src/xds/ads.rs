@@ -29,7 +29,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::accepted::{ACK_GRACE, Accepted, Streams};
+use super::acks::Streams;
+use crate::sync::accepted::{ACK_GRACE, Accepted};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
 use crate::metrics::Metrics;
 use crate::stopping::Stopping;

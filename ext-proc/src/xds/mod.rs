@@ -5,16 +5,18 @@
 //! - [`clusters`]: CDS, the two apiserver clusters (fixed for the process,
 //!   except when a TLS file's content changes).
 //! - [`endpoints`]: EDS, one endpoint per member the routing table names.
-//! - [`ads`]: the stream loop — push on change, ACK/NACK bookkeeping, and
-//!   which endpoints every connected Envoy has accepted ([`Accepted`]): the
-//!   sync loop opens a newly joined member for routing only once every
-//!   Envoy knows its address, so an override-host address never misses.
+//! - [`ads`]: the stream loop — push on change, ACK/NACK bookkeeping;
+//!   [`acks`]: which endpoints every connected Envoy has accepted
+//!   ([`crate::sync::accepted`]): the sync loop opens a newly joined member
+//!   for routing only once every Envoy knows its address, so an
+//!   override-host address never misses.
+//! - [`plane`]: follows the member states, publishes the endpoints.
 //!
 //! Versions are digests of the encoded resources: the same members give
 //! the same version across mvp-ext-proc restarts, so a reconnecting Envoy
 //! changes nothing.
 
-pub mod accepted;
+pub mod acks;
 pub mod ads;
 pub mod clusters;
 pub mod endpoints;
@@ -30,7 +32,6 @@ use envoy_types::util::pack_any;
 use prost::{Message, Name};
 use sha2::{Digest, Sha256};
 
-pub use accepted::Accepted;
 pub use ads::AdsServer;
 pub use clusters::ClusterOptions;
 pub use endpoints::EndpointMember;

@@ -1,13 +1,15 @@
-//! The endpoints plane: follows the members and publishes Envoy's clusters
-//! and endpoints (a [`Snapshot`] the ADS streams send) when they changed;
-//! what the connected Envoys acknowledged comes back as [`Accepted`], which
-//! the sync loop reads to open a joining member.
+//! The endpoints plane: follows the member states and publishes Envoy's
+//! clusters and endpoints (a [`Snapshot`] the ADS streams send) when they
+//! changed; what the connected Envoys acknowledged goes back to the sync
+//! loop ([`crate::sync::accepted`]), which opens a joining member only then.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::{Accepted, ClusterOptions, EndpointMember, Snapshot};
+use super::{ClusterOptions, EndpointMember, Snapshot};
+use crate::sync::{States, next_publication};
+use crate::sync::state::ServerState;
 
 pub struct XdsPublisher {
     pub options: ClusterOptions,
@@ -15,12 +17,31 @@ pub struct XdsPublisher {
     /// ([`crate::tls::reload`]): a change is a new cluster version.
     pub tls_files: Option<watch::Receiver<String>>,
     pub snapshot: watch::Sender<Arc<Snapshot>>,
-    pub accepted: watch::Receiver<Accepted>,
     /// The members the current snapshot was built from.
     pub from: Vec<EndpointMember>,
 }
 
 impl XdsPublisher {
+    /// Follows the member states (complete publications only: ADS answers
+    /// nothing before the first) and the TLS files until the sync loop ends.
+    pub async fn run(mut self, mut states: States) {
+        let mut tls_files = self.tls_files.clone();
+        loop {
+            tokio::select! {
+                s = next_publication(&mut states) => match s {
+                    Some(s) => self.follow(endpoints(&s.members)),
+                    None => return,
+                },
+                Some(digest) = async {
+                    match tls_files.as_mut() {
+                        Some(t) => t.changed().await.ok().map(|()| t.borrow_and_update().clone()),
+                        None => std::future::pending().await,
+                    }
+                } => self.rotate_tls_files(digest),
+            }
+        }
+    }
+
     /// Publishes the endpoints when they changed. The first publication
     /// goes out whatever it holds (ADS answers nothing before it).
     pub fn follow(&mut self, endpoints: Vec<EndpointMember>) {
@@ -42,4 +63,13 @@ impl XdsPublisher {
             }
         }
     }
+}
+
+/// Envoy's endpoints: every member with an address (a departed one
+/// DRAINING until forgotten).
+fn endpoints(states: &[ServerState]) -> Vec<EndpointMember> {
+    states
+        .iter()
+        .filter_map(|s| Some(EndpointMember { address: s.address?, name: s.spec.name.clone(), departed: s.departed.is_some() }))
+        .collect()
 }

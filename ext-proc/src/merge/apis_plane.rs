@@ -1,9 +1,9 @@
-//! The merged `/apis` plane: follows the members' views and rebuilds the
+//! The merged `/apis` plane: follows the member states' views and rebuilds the
 //! peer-aggregated document when one of them changed or one opened or
 //! closed (group-versions only closed members serve are marked stale:
 //! [`super::stale`]). Views are replaced only when different, so pointer
 //! equality means unchanged. The merge runs off the sync loop and off the
-//! runtime's threads ([`crate::latest`], on the blocking pool): a CRD-heavy
+//! runtime's threads ([`crate::building::latest`], on the blocking pool): a CRD-heavy
 //! document takes long enough to delay table updates and stall ext_proc
 //! answers.
 
@@ -14,9 +14,11 @@ use tokio::sync::watch;
 
 use super::MergedDocument;
 use crate::discover::ServerView;
-use crate::latest::Latest;
+use crate::building::latest::Latest;
 use crate::metrics::Metrics;
-use crate::unchanged::same_named;
+use crate::sync::state::ServerState;
+use crate::sync::{States, next_publication};
+use crate::building::unchanged::same_named;
 
 /// What the merged `/apis` is built from: every member's view, and which of
 /// them are closed.
@@ -24,6 +26,18 @@ use crate::unchanged::same_named;
 pub struct DiscoveryInputs {
     pub views: Vec<(String, Arc<ServerView>)>,
     pub closed: BTreeSet<String>,
+}
+
+impl DiscoveryInputs {
+    /// The merged document is made of the members Envoy can reach
+    /// (healthy, or unhealthy with their last known API set).
+    pub fn of(states: &[ServerState]) -> DiscoveryInputs {
+        let reachable = || states.iter().filter(|s| s.address.is_some());
+        DiscoveryInputs {
+            views: reachable().filter_map(|s| Some((s.spec.name.clone(), s.view.clone()?))).collect(),
+            closed: reachable().filter(|s| !s.open).map(|s| s.spec.name.clone()).collect(),
+        }
+    }
 }
 
 pub struct DiscoveryPlane {
@@ -38,6 +52,13 @@ impl DiscoveryPlane {
     }
 
     /// Hands the inputs to the merger when they differ from the last ones.
+    /// Follows the member states until the sync loop ends.
+    pub async fn run(mut self, mut states: States) {
+        while let Some(s) = next_publication(&mut states).await {
+            self.follow(DiscoveryInputs::of(&s.members));
+        }
+    }
+
     pub fn follow(&mut self, inputs: DiscoveryInputs) {
         if self.from.as_ref().is_some_and(|from| same_named(&inputs.views, &from.views) && inputs.closed == from.closed) {
             return;

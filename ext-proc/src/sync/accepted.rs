@@ -1,10 +1,9 @@
 //! Which endpoints the connected Envoys have: what the sync loop waits on
-//! before it opens a joining member ([`Accepted`]), kept by the ADS stream
-//! loop ([`super::ads`]) per stream ([`Streams`]).
+//! before it opens a joining member. The ADS stream loop keeps it
+//! ([`crate::xds::acks`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-
 /// The endpoint addresses every connected Envoy has accepted (see
 /// [`Accepted::covers`] for what holds while none is connected).
 ///
@@ -46,30 +45,6 @@ impl Accepted {
 /// joining members stop waiting for it (Envoy ACKs in milliseconds; a
 /// frozen one is dropped by the gRPC keepalive after 15 s).
 pub const ACK_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
-
-#[derive(Default)]
-pub(super) struct Streams {
-    /// Per stream that subscribed to endpoints: the addresses of the
-    /// endpoints it last ACKed.
-    pub(super) acked: HashMap<u64, BTreeSet<SocketAddr>>,
-    /// Streams past the grace or rejecting: not counted.
-    pub(super) lagging: HashSet<u64>,
-}
-
-impl Streams {
-    /// What the streams say now: the addresses every counted stream
-    /// acknowledged (a stream past the grace or rejecting does not count).
-    /// `before` carries since when none has counted.
-    pub(super) fn accepted(&self, before: &Accepted) -> Accepted {
-        let counted: Vec<&BTreeSet<SocketAddr>> = self.acked.iter().filter(|(id, _)| !self.lagging.contains(id)).map(|(_, a)| a).collect();
-        let addresses = match counted.split_first() {
-            None => BTreeSet::new(),
-            Some((first, rest)) => rest.iter().fold((*first).clone(), |acc, s| acc.intersection(s).copied().collect()),
-        };
-        let quiet_since = if counted.is_empty() && before.streams > 0 { tokio::time::Instant::now() } else { before.quiet_since };
-        Accepted { streams: counted.len(), addresses, quiet_since }
-    }
-}
 
 #[cfg(test)]
 mod tests {

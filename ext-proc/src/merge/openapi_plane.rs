@@ -1,14 +1,15 @@
-//! The merged OpenAPI plane: follows every member's OpenAPI documents and
+//! The merged OpenAPI plane: follows the member states' OpenAPI documents and
 //! merges them (megabytes of JSON and protobuf) off the sync loop
-//! ([`crate::latest`]) when some changed — pointer equality says unchanged.
+//! ([`crate::building::latest`]) when some changed — pointer equality says unchanged.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::{Merged, MergedOpenApi, ServerOpenApi};
-use crate::latest::Latest;
-use crate::unchanged::same_named;
+use crate::openapi::{Merged, MergedOpenApi, ServerOpenApi};
+use crate::building::latest::Latest;
+use crate::sync::{States, next_publication};
+use crate::building::unchanged::same_named;
 
 /// Each member's documents, by name.
 pub type OpenApiInputs = Vec<(String, Arc<ServerOpenApi>)>;
@@ -25,6 +26,15 @@ impl OpenApiPlane {
     }
 
     /// Hands the documents to the merger when some changed.
+    /// Follows the member states until the sync loop ends: the members
+    /// Envoy can reach, as for the merged `/apis`.
+    pub async fn run(mut self, mut states: States) {
+        while let Some(s) = next_publication(&mut states).await {
+            let reachable = s.members.iter().filter(|s| s.address.is_some());
+            self.follow(reachable.filter_map(|s| Some((s.spec.name.clone(), s.openapi.clone()?))).collect());
+        }
+    }
+
     pub fn follow(&mut self, inputs: OpenApiInputs) {
         if self.from.as_ref().is_some_and(|from| same_named(&inputs, from)) {
             return;

@@ -37,7 +37,7 @@ impl<I: Send + Sync + 'static> Latest<I> {
                 }
                 // The previous build is gone now (unless a request still
                 // holds it): give its memory back.
-                let _ = tokio::task::spawn_blocking(crate::memory::release_freed).await;
+                let _ = tokio::task::spawn_blocking(crate::building::memory::release_freed).await;
             }
         });
         Latest { tx }
