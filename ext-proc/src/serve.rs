@@ -258,7 +258,7 @@ fn follow_states(
     state_file: Option<Persisted>,
     metrics: &Arc<Metrics>,
 ) -> (Published, Vec<tokio::task::JoinHandle<()>>) {
-    let (table, Tables { table: table_rx, changed }) = TablePlane::new(metrics.clone());
+    let (table, Tables { table: table_rx, changed, routed }) = TablePlane::new(metrics.clone(), states.borrow().clone());
     let (merged_tx, merged) = tokio::sync::watch::channel(None);
     let (openapi_tx, openapi) = tokio::sync::watch::channel(Arc::new(MergedOpenApi::default()));
     let mut planes = vec![
@@ -271,5 +271,5 @@ fn follow_states(
         let restored = persisting(&states.borrow().members);
         planes.push(tokio::spawn(StateFilePlane::spawn(file, restored).run(states.clone())));
     }
-    (Published { states, table: table_rx, table_changed: changed, merged, openapi }, planes)
+    (Published { states: routed, table: table_rx, table_changed: changed, merged, openapi }, planes)
 }

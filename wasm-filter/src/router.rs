@@ -148,11 +148,23 @@ impl Router {
     /// The newest table the worker knows: its own, or one a hold call
     /// brought before the refresher published it (kept until the worker
     /// loads a table, so it is the newer while kept), or the one this
-    /// call brings if it asked with the newest.
+    /// call brings if it asked with the newest. An answer "current" names
+    /// the table the call asked with: a kept table that is not that one is
+    /// dropped. Versions are content hashes, so the published table can go
+    /// back to a version this worker holds while it is idle (a server
+    /// restarted, read, killed again): it then loads nothing, and only the
+    /// server's answer says the kept table is no longer the newest.
     fn newest_table<H: Host>(&self, host: &H, asked_with: u64, answer: &Result<Answer, get_table::GetTableError>) -> Rc<RouteTable> {
         let Ok(mut answered) = self.answered.try_borrow_mut() else { return self.table.current() };
         let base = answered.clone().unwrap_or_else(|| self.table.current());
-        let Ok(Answer::New(t)) = answer else { return base };
+        let t = match answer {
+            Ok(Answer::New(t)) => t,
+            Ok(Answer::Current { .. }) if base.version() != asked_with && self.table.current().version() == asked_with => {
+                *answered = None;
+                return self.table.current();
+            }
+            _ => return base,
+        };
         if t.version == base.version() || asked_with != base.version() {
             return base;
         }

@@ -203,6 +203,31 @@ mod hold {
         assert_eq!(answer.calls.borrow()[0].1, crate::get_table::request_body(9, 600));
     }
 
+    /// The published table went back to the version this worker holds
+    /// while it was idle (c read, then killed again: the same content, the
+    /// same version). The table a hold call brought in between (c open) is
+    /// old news: the answer "current" for the worker's version drops it, and
+    /// the held request gets its 503 instead of c's dead address.
+    #[test]
+    fn an_answer_current_drops_a_kept_table_the_published_one_went_back_from() {
+        let refresher = FakeHost::default();
+        publish_table(&refresher, &table(false, 7));
+        let router = router(&refresher, 8);
+        hold_jobs(&router, &refresher, 1..=1, 0);
+        let answer = answering(&refresher, new_table(table(true, 8)), &[(1, JOBS)], 50);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(1, "x-mvp-route"), ["127.0.0.1:1003"]);
+
+        publish_table(&refresher, &table(true, 8));
+        publish_table(&refresher, &table(false, 7));
+        hold_jobs(&router, &refresher, 2..=2, 100);
+        let current = Some(pb::GetTableResponse { table: None, waited: true });
+        let answer = answering(&refresher, current, &[(2, JOBS)], 1100);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(2, "x-mvp-route"), [UNAVAILABLE]);
+        assert_eq!(held_property(&answer).as_deref(), Some("1000 unavailable"));
+    }
+
     #[test]
     fn a_failed_call_lets_every_held_request_go_by_the_newest_table_at_once() {
         let refresher = FakeHost::default();

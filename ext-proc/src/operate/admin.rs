@@ -22,6 +22,7 @@ use mvp_protos::routing::v1 as pb;
 /// What operators see: the member states and what each plane made of them.
 #[derive(Clone)]
 pub struct Published {
+    /// The member states the current table was built from.
     pub states: States,
     pub table: watch::Receiver<Arc<pb::RoutingTable>>,
     /// When the table last changed.

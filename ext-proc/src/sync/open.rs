@@ -49,7 +49,7 @@ mod tests {
         assert_eq!(states.borrow().members.len(), 1, "operators see the configured member at once");
         let mut follower = states.clone();
         assert!(next_publication(&mut follower).now_or_never().is_none(), "nothing to follow before the first publication");
-        let (plane, Tables { mut table, .. }) = TablePlane::new(Metrics::new());
+        let (plane, Tables { mut table, .. }) = TablePlane::new(Metrics::new(), states.borrow().clone());
         let plane = tokio::spawn(plane.run(states.clone()));
         syncer.publish();
         let first = next_publication(&mut follower).now_or_never().flatten().expect("the first publication");

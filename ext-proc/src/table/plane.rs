@@ -17,7 +17,7 @@ use crate::discover::ServerView;
 use crate::openapi::ServerOpenApi;
 use crate::metrics::Metrics;
 use crate::sync::state::ServerState;
-use crate::sync::{States, next_publication};
+use crate::sync::{MemberStates, States, next_publication};
 use crate::building::unchanged::same;
 
 /// One member's part in the table, owned (it goes to the building thread);
@@ -74,6 +74,8 @@ impl PartialEq for TableMember {
 pub struct TablePlane {
     table: watch::Sender<Arc<pb::RoutingTable>>,
     changed: watch::Sender<SystemTime>,
+    /// The states the current table was built from.
+    routed: watch::Sender<Arc<MemberStates>>,
     /// What the current table was built from.
     from: Vec<TableMember>,
     metrics: Arc<Metrics>,
@@ -84,27 +86,38 @@ pub struct Tables {
     pub table: watch::Receiver<Arc<pb::RoutingTable>>,
     /// When the table last changed.
     pub changed: watch::Receiver<SystemTime>,
+    /// The member states the current table was built from (and, after a
+    /// publication that moved no table, the newest): what `/table` shows
+    /// beside the table's version, so the two never disagree. The sync
+    /// loop's own publication runs ahead of the table by a build.
+    pub routed: watch::Receiver<Arc<MemberStates>>,
 }
 
 impl TablePlane {
-    pub fn new(metrics: Arc<Metrics>) -> (TablePlane, Tables) {
+    /// `initial`: the states before the first publication (the configured
+    /// members, unread), shown until there is a table.
+    pub fn new(metrics: Arc<Metrics>, initial: Arc<MemberStates>) -> (TablePlane, Tables) {
         let (table_tx, table) = watch::channel(Arc::new(pb::RoutingTable::default()));
         let (changed_tx, changed) = watch::channel(SystemTime::now());
-        (TablePlane { table: table_tx, changed: changed_tx, from: vec![], metrics }, Tables { table, changed })
+        let (routed_tx, routed) = watch::channel(initial);
+        (TablePlane { table: table_tx, changed: changed_tx, routed: routed_tx, from: vec![], metrics }, Tables { table, changed, routed })
     }
 
     /// Follows the member states until the sync loop ends.
     pub async fn run(mut self, mut states: States) {
         while let Some(s) = next_publication(&mut states).await {
-            self.follow(s.members.iter().map(TableMember::of).collect()).await;
+            if self.follow(s.members.iter().map(TableMember::of).collect()).await {
+                self.routed.send_replace(s);
+            }
         }
     }
 
     /// Builds and publishes the table when a member's part changed (and the
-    /// first time, whatever it holds).
-    pub async fn follow(&mut self, members: Vec<TableMember>) {
+    /// first time, whatever it holds). Whether the table now is `members`'
+    /// (false: its build failed, the last table stays).
+    pub async fn follow(&mut self, members: Vec<TableMember>) -> bool {
         if members == self.from && self.table.borrow().version != 0 {
-            return;
+            return true;
         }
         let built = tokio::task::spawn_blocking(move || {
             let table = build::build(members.iter().map(TableMember::member));
@@ -113,7 +126,7 @@ impl TablePlane {
         .await;
         let Ok((new, members)) = built else {
             tracing::error!("routing table build did not complete; keeping the last table");
-            return;
+            return false;
         };
         self.from = members;
         if new.version != self.table.borrow().version {
@@ -125,5 +138,6 @@ impl TablePlane {
             self.table.send_replace(Arc::new(new));
             self.changed.send_replace(SystemTime::now());
         }
+        true
     }
 }
