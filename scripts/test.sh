@@ -35,5 +35,10 @@ else
   cargo test --locked --workspace --no-fail-fast
 fi
 
+echo "==> the native filter build: Envoy loads libmvp_native_filter.so and these suites run on it" >&2
+# Every suite whose behaviour the native build has (issue 34: the hold for a
+# newer table is not in it yet, so faults/membership stay on the .wasm).
+MVP_FILTER=native cargo test --locked -p integration --no-fail-fast --test routing --test tls --test spoofing --test operators --test kubectl
+
 echo "==> fuzz smoke (libFuzzer, every target 5 s; scripts/fuzz.sh runs them long)" >&2
 scripts/fuzz.sh --smoke

@@ -39,6 +39,16 @@ pub const VM_ID: &str = "mvp";
 pub const ROUTER_ROOT_ID: &str = "mvp_router";
 pub const REFRESHER_ROOT_ID: &str = "mvp_table_refresher";
 
+/// Where the filter's metrics appear: Envoy prefixes a wasm filter's with
+/// `wasmcustom.`, and the native build (a dynamic module) is given the same
+/// `metrics_namespace`, so a stat has one name whichever build runs.
+pub const FILTER_STATS_NAMESPACE: &str = "wasmcustom";
+
+/// The native build's filter and bootstrap extension names (its
+/// `filter_name` / `extension_name`).
+pub const NATIVE_ROUTER_NAME: &str = "router";
+pub const NATIVE_REFRESHER_NAME: &str = "refresher";
+
 /// gRPC method the refresher calls (`mvp.routing.v1.RoutingTableService`).
 pub const GET_TABLE_PATH: &str = "/mvp.routing.v1.RoutingTableService/GetTable";
 

@@ -223,7 +223,15 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
     door.fake_mut("v130").proc.kill();
     door.wait_table_published(|t| t["apiservers"][0]["healthy"] == false).await.unwrap();
     let mut names = exported(&door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap());
-    names.extend(exported(&door.http.get(format!("http://127.0.0.1:{}/stats/prometheus", door.admin_port)).send().await.unwrap().text().await.unwrap()));
+    // Envoy's names as the documented scrape job relabels them: the native
+    // filter build's `envoy_wasmcustom_mvp_*` become the wasm build's `mvp_*`.
+    let scrape = std::fs::read_to_string(root.join("deploy/prometheus/scrape-envoy.yaml")).unwrap();
+    assert!(scrape.contains(r#"regex: "envoy_wasmcustom_(mvp_.*)""#) && scrape.contains(r#"replacement: "$1""#), "{scrape}");
+    let envoy = exported(&door.http.get(format!("http://127.0.0.1:{}/stats/prometheus", door.admin_port)).send().await.unwrap().text().await.unwrap());
+    names.extend(envoy.into_iter().map(|n| match n.strip_prefix("envoy_wasmcustom_") {
+        Some(m) if m.starts_with("mvp_") => m.to_string(),
+        _ => n,
+    }));
     let mut missing = std::collections::BTreeSet::new();
     for e in &exprs {
         let used = metrics_in(e);

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use integration::harness::tools::FilterBuild;
 use integration::harness::{FrontDoor, Options, edit_http_filters, served_by, served_resources, wait_for};
 use serde_json::Value;
 
@@ -359,19 +360,31 @@ async fn headers_are_stripped_even_without_the_filter() {
 }
 
 /// A configuration mistake in the filter (the refresher's role given to the
-/// HTTP filter) must not break requests: they pass with plain load balancing
-/// instead of a panicked VM answering 503 to everything.
+/// HTTP filter) must not break requests. The wasm build cannot refuse a
+/// plugin configuration Envoy accepted: its requests pass with plain load
+/// balancing instead of a panicked VM answering 503 to everything. The
+/// native build refuses the configuration in Envoy itself, with the reason:
+/// at startup Envoy does not start, and a reconfiguration keeps the last good one.
 #[tokio::test]
 async fn misconfigured_filter_role_passes_requests_through() {
     fn refresher_as_filter(yaml: String) -> String {
         edit_http_filters(&yaml, |filters| {
-            if let Some(wasm) = filters.iter_mut().find(|f| f["name"] == "mvp.route") {
-                wasm["typed_config"]["config"]["configuration"]["value"] =
-                    serde_json::json!(r#"{"role":"refresher","cluster":"mvp_ext_proc"}"#);
+            let wrong = serde_json::json!(r#"{"role":"refresher","cluster":"mvp_ext_proc"}"#);
+            if let Some(f) = filters.iter_mut().find(|f| f["name"] == "mvp.route") {
+                match f["typed_config"].get_mut("filter_config") {
+                    Some(native) => native["value"] = wrong,
+                    None => f["typed_config"]["config"]["configuration"]["value"] = wrong,
+                }
             }
         })
     }
-    let door = FrontDoor::start(&three(), Options { edit_config: Some(refresher_as_filter), ..Options::default() }).await.unwrap();
+    let started = FrontDoor::start(&three(), Options { edit_config: Some(refresher_as_filter), ..Options::default() }).await;
+    if FilterBuild::from_env() == FilterBuild::Native {
+        let e = format!("{:#}", started.err().expect("Envoy must refuse the native filter's wrong role"));
+        assert!(e.contains("mvp router: configuration rejected: the refresher is the bootstrap extension"), "{e}");
+        return;
+    }
+    let door = started.unwrap();
     for _ in 0..6 {
         let (status, _) = door.get_json(&door.http, "/api/v1/namespaces/default/pods").await.unwrap();
         assert_eq!(status, 200);

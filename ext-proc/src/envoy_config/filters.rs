@@ -1,14 +1,17 @@
-//! The HTTP filters: the wasm router, ext_proc for `/apis`, the router; and
-//! the wasm refresher, which runs as a bootstrap extension beside them.
+//! The HTTP filters: mvp's router (wasm or native), ext_proc for `/apis`,
+//! Envoy's router; and mvp's refresher, which runs as a bootstrap extension
+//! beside them.
 
 use std::time::Duration;
 
-use mvp_contract::envoy::{EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID};
+use mvp_contract::envoy::{
+    EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER, FILTER_STATS_NAMESPACE, NATIVE_REFRESHER_NAME, NATIVE_ROUTER_NAME, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID,
+};
 use mvp_contract::headers::DISCOVERY_RESULT;
 use mvp_contract::plugin::{HoldConfig, IdentityConfig, PluginConfig, RefresherConfig, RouterConfig};
 use serde_json::{Value, json};
 
-use super::EnvoyConfigOptions;
+use super::{EnvoyConfigOptions, FilterBuild};
 
 fn wasm_plugin(name: &str, configuration: &PluginConfig, wasm: &str, failure_policy: &str) -> Value {
     json!({
@@ -26,6 +29,39 @@ fn wasm_plugin(name: &str, configuration: &PluginConfig, wasm: &str, failure_pol
         },
         "failure_policy": failure_policy,
     })
+}
+
+/// The native build's module: loaded once per process (the same file for
+/// the filter and the refresher, so they share the published table), and
+/// never unloaded — the refresher's table outlives a filter reconfiguration.
+fn native_module(path: &str) -> Value {
+    json!({"module": {"local": {"filename": path}}, "metrics_namespace": FILTER_STATS_NAMESPACE, "do_not_close": true})
+}
+
+fn string_value(configuration: &PluginConfig) -> Value {
+    json!({"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration.to_json()})
+}
+
+/// The router HTTP filter, in the build asked for.
+fn router_filter(o: &EnvoyConfigOptions, router: &PluginConfig) -> Value {
+    match &o.filter {
+        FilterBuild::Wasm(wasm) => json!({
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            // FAIL_OPEN: should the VM ever fail, requests keep flowing
+            // with plain load balancing (the pre-mvp behaviour) instead
+            // of every request on that worker getting a 503. Safe
+            // because the route header is already stripped.
+            "config": wasm_plugin(ROUTER_ROOT_ID, router, wasm, "FAIL_OPEN"),
+        }),
+        // No failure policy to set: a panic in the module is caught at its
+        // hooks and the request goes on load balanced, as FAIL_OPEN.
+        FilterBuild::Native(module) => json!({
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": native_module(module),
+            "filter_name": NATIVE_ROUTER_NAME,
+            "filter_config": string_value(router),
+        }),
+    }
 }
 
 fn large_body_timeout() -> Duration {
@@ -156,14 +192,7 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
     let filters = [
         Some(json!({
             "name": "mvp.route",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                // FAIL_OPEN: should the VM ever fail, requests keep flowing
-                // with plain load balancing (the pre-mvp behaviour) instead
-                // of every request on that worker getting a 503. Safe
-                // because the route header is already stripped.
-                "config": wasm_plugin(ROUTER_ROOT_ID, &router, &o.wasm, "FAIL_OPEN"),
-            },
+            "typed_config": router_filter(o, &router),
         })),
         fallback,
         Some(json!({"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_CLUSTER, None)})),
@@ -181,14 +210,25 @@ pub fn refresher_extension(o: &EnvoyConfigOptions) -> Value {
         poll_interval_ms: u32::try_from(o.table_poll_interval.as_millis().max(1)).unwrap_or(u32::MAX),
         ..RefresherConfig::default()
     });
-    json!({
-        "name": "envoy.bootstrap.wasm",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService",
-            "singleton": true,
-            // A failed refresher VM is reloaded: it carries no requests, and
-            // without it the table would stop updating.
-            "config": wasm_plugin(REFRESHER_ROOT_ID, &config, &o.wasm, "FAIL_RELOAD"),
-        },
-    })
+    match &o.filter {
+        FilterBuild::Wasm(wasm) => json!({
+            "name": "envoy.bootstrap.wasm",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService",
+                "singleton": true,
+                // A failed refresher VM is reloaded: it carries no requests, and
+                // without it the table would stop updating.
+                "config": wasm_plugin(REFRESHER_ROOT_ID, &config, wasm, "FAIL_RELOAD"),
+            },
+        }),
+        FilterBuild::Native(module) => json!({
+            "name": "envoy.bootstrap.dynamic_modules",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension",
+                "dynamic_module_config": native_module(module),
+                "extension_name": NATIVE_REFRESHER_NAME,
+                "extension_config": string_value(&config),
+            },
+        }),
+    }
 }

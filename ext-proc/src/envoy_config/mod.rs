@@ -35,12 +35,23 @@ use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER};
 use crate::apiservers::ApiserverSpec;
 use crate::tls::{FrontTls, PeerTls, RequestHeaderNames};
 
+/// The routing filter Envoy loads: the same router either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterBuild {
+    /// `mvp_wasm_filter.wasm` in Envoy's V8: any Envoy with wasm.
+    Wasm(String),
+    /// `libmvp_native_filter.so`, an Envoy dynamic module: past the
+    /// proxy-wasm per-request floor, but built for one Envoy (1.40.x).
+    Native(String),
+}
+
 #[derive(Clone)]
 pub struct EnvoyConfigOptions {
     pub apiservers: Vec<ApiserverSpec>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
-    pub wasm: String,
+    /// The routing filter's build and where Envoy finds it.
+    pub filter: FilterBuild,
     /// mvp-ext-proc's gRPC address, `IP:port`, `host:port` or
     /// `unix:/path`: one per replica, the preferred first.
     pub ext_proc: Vec<String>,
@@ -212,7 +223,7 @@ mod tests {
             apiservers: apiservers.iter().map(|s| s.parse().unwrap()).collect(),
             listen: "127.0.0.1:8443".parse().unwrap(),
             admin: "127.0.0.1:9901".parse().unwrap(),
-            wasm: "/w.wasm".into(),
+            filter: FilterBuild::Wasm("/w.wasm".into()),
             ext_proc: vec!["127.0.0.1:18000".into()],
             table_poll_interval: Duration::from_millis(200),
             hold_unavailable: Duration::from_secs(1),
@@ -252,6 +263,26 @@ mod tests {
         }
         let o = EnvoyConfigOptions { hold_unavailable: Duration::from_secs(61), ..opts(&[]) };
         assert!(matches!(render(&o), Err(ConfigError::HoldTooLong(_))));
+    }
+
+    /// The native build: the same router and refresher configurations, in
+    /// Envoy's dynamic-module filter and bootstrap extension, one module file
+    /// for both (so they share the table), never unloaded, and its metrics
+    /// under the wasm build's names.
+    #[test]
+    fn the_native_build_loads_one_module_for_router_and_refresher() {
+        let wasm = render(&opts(&["a=http://127.0.0.1:1"])).unwrap();
+        let o = EnvoyConfigOptions { filter: FilterBuild::Native("/m/libmvp_native_filter.so".into()), ..opts(&["a=http://127.0.0.1:1"]) };
+        let v = render(&o).unwrap();
+        let filter = &v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0]["typed_config"];
+        let refresher = &v["bootstrap_extensions"][0]["typed_config"];
+        assert_eq!(filter["@type"], "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter");
+        assert_eq!(refresher["@type"], "type.googleapis.com/envoy.extensions.bootstrap.dynamic_modules.v3.DynamicModuleBootstrapExtension");
+        let module = serde_json::json!({"module": {"local": {"filename": "/m/libmvp_native_filter.so"}}, "metrics_namespace": "wasmcustom", "do_not_close": true});
+        assert_eq!((&filter["dynamic_module_config"], &refresher["dynamic_module_config"]), (&module, &module));
+        let wasm_filter = &wasm["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0]["typed_config"];
+        assert_eq!(filter["filter_config"]["value"], wasm_filter["config"]["configuration"]["value"]);
+        assert_eq!(refresher["extension_config"]["value"], wasm["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]["value"]);
     }
 
     /// The router plugin's configuration, as the filter parses it.

@@ -137,7 +137,7 @@ impl FrontDoor {
         let envoy_args = Topology::envoy_args(&config_path, options.concurrency, "info");
         let envoy = Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?;
         let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().timeout(Duration::from_secs(10)).build()?;
-        let door = FrontDoor {
+        let mut door = FrontDoor {
             listen_port: ports.listen,
             admin_port: ports.admin,
             metrics_port: ports.metrics,
@@ -153,7 +153,20 @@ impl FrontDoor {
             dir,
             tls: options.tls.clone(),
         };
-        if let Err(e) = door.topology.wait_ready(&door.http).await {
+        // An Envoy that refused its configuration exits: that ends the wait
+        // at once, with its log, instead of at the readiness bound.
+        let ready = door.topology.wait_ready(&door.http);
+        let envoy = &mut door.envoy;
+        let exited = async {
+            while envoy.is_running() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let ready = tokio::select! {
+            r = ready => r,
+            () = exited => Err(anyhow::anyhow!("Envoy exited before it was ready")),
+        };
+        if let Err(e) = ready {
             let mut logs = String::new();
             for p in door.fakes.iter().map(|f| &f.proc).chain([&door.ext_proc, &door.envoy]).chain(&door.standbys) {
                 logs.push_str(&format!("\n----- {} -----\n{}", p.name, p.log_tail(15)));

@@ -46,6 +46,38 @@ pub fn wasm_file() -> Result<PathBuf> {
     require(target_dir().join("wasm32-wasip1/wasm/mvp_wasm_filter.wasm"), "the wasm filter")
 }
 
+/// The routing filter's native build (always a release build: it is the
+/// filter's product form, as the `.wasm` is the wasm profile's).
+pub fn native_module_file() -> Result<PathBuf> {
+    require(target_dir().join("release/libmvp_native_filter.so"), "the native filter")
+}
+
+/// The routing filter build Envoy loads in a test: `MVP_FILTER=native`
+/// runs a suite with the native build, anything else (or nothing) with the
+/// `.wasm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterBuild {
+    Wasm,
+    Native,
+}
+
+impl FilterBuild {
+    pub fn from_env() -> FilterBuild {
+        match std::env::var("MVP_FILTER").as_deref() {
+            Ok("native") => FilterBuild::Native,
+            _ => FilterBuild::Wasm,
+        }
+    }
+
+    /// `envoy-config`'s flags for it.
+    pub fn envoy_config_flags(self) -> Result<Vec<String>> {
+        Ok(match self {
+            FilterBuild::Wasm => vec!["--wasm".into(), wasm_file()?.to_string_lossy().into_owned()],
+            FilterBuild::Native => vec!["--filter".into(), "native".into(), "--native-module".into(), native_module_file()?.to_string_lossy().into_owned()],
+        })
+    }
+}
+
 /// The benchmark's routing floor (`integration/routing-floor`).
 pub fn routing_floor_wasm() -> Result<PathBuf> {
     require(target_dir().join("wasm32-wasip1/wasm/bench_routing_floor.wasm"), "the benchmark's routing-floor module")

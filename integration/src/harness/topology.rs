@@ -13,7 +13,7 @@ use serde_json::Value;
 use mvp_ext_proc::grpc::listen::UNIX_PREFIX;
 
 use super::process::{arg, wait_for};
-use super::tools::wasm_file;
+use super::tools::FilterBuild;
 use crate::pki::Pki;
 
 /// The refresher's gauge: the table version Envoy's workers now route by,
@@ -70,6 +70,8 @@ pub struct Topology {
     pub standbys: Vec<Replica>,
     /// `envoy-config --hold-unavailable` (the product's default otherwise).
     pub hold_unavailable: Option<Duration>,
+    /// The routing filter's build (`MVP_FILTER`, the `.wasm` by default).
+    pub filter: FilterBuild,
 }
 
 /// Where one more mvp-ext-proc replica listens.
@@ -94,6 +96,7 @@ impl Topology {
             envoy_start_within: Duration::from_secs(30),
             standbys: vec![],
             hold_unavailable: None,
+            filter: FilterBuild::from_env(),
         }
     }
 
@@ -170,8 +173,6 @@ impl Topology {
             format!("127.0.0.1:{}", self.ports.listen),
             "--admin".into(),
             format!("127.0.0.1:{}", self.ports.admin),
-            "--wasm".into(),
-            arg(&wasm_file()?),
             "--ext-proc".into(),
             match &self.grpc_unix {
                 Some(p) => format!("{UNIX_PREFIX}{}", arg(p)),
@@ -181,6 +182,7 @@ impl Topology {
         for r in &self.standbys {
             args.extend(["--ext-proc".into(), format!("127.0.0.1:{}", r.grpc)]);
         }
+        args.extend(self.filter.envoy_config_flags()?);
         args.extend([
             "--table-poll-interval".into(),
             format!("{}ms", self.table_poll_interval.as_millis()),

@@ -13,9 +13,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::apidiscovery::{go_json, protobuf};
 use crate::apiservers::ApiserverSpec;
 use crate::discover::DiscoveryOptions;
-use crate::envoy_config::{self, EnvoyConfigOptions};
 use crate::serve::ServeOptions;
-use crate::tls::{DEFAULT_PEER_SERVER_NAME, FrontTls, PeerTls, RequestHeaderNames};
+use crate::tls::{DEFAULT_PEER_SERVER_NAME, PeerTls, RequestHeaderNames};
+
+mod envoy_config;
+
+use envoy_config::EnvoyConfigArgs;
+pub use envoy_config::envoy_config_yaml;
 
 #[derive(Parser)]
 #[command(name = "mvp-ext-proc", version, about = "Mixed-version front door for kube-apiservers: discovery, routing table and Envoy config")]
@@ -60,12 +64,6 @@ struct ExplainArgs {
     output: ExplainOutput,
     /// The request's path, with its query if any (`/apis/apps/v1/namespaces/x/deployments?watch=1`).
     path: String,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum AccessLog {
-    Stdout,
-    Off,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -198,68 +196,6 @@ struct ServeArgs {
     requestheader: RequestHeaderArgs,
 }
 
-#[derive(Parser)]
-struct EnvoyConfigArgs {
-    /// Optional, for checking the TLS flags against the apiserver URLs: the
-    /// apiserver clusters and members come from mvp-ext-proc over ADS.
-    #[arg(long = "apiserver", value_name = "NAME=URL")]
-    apiservers: Vec<ApiserverSpec>,
-    /// Address clients connect to.
-    #[arg(long, value_name = "ADDR:PORT")]
-    listen: SocketAddr,
-    /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it.
-    #[arg(long, value_name = "PATH")]
-    wasm: String,
-    /// mvp-ext-proc's --grpc-listen address as Envoy reaches it: IP:PORT,
-    /// HOST:PORT, or unix:/PATH. Repeat it for replicas, the preferred one
-    /// first (e.g. the one on the same node): Envoy uses the first healthy
-    /// one for everything and fails over to the next.
-    #[arg(long, value_name = "HOST:PORT|unix:/PATH", required = true)]
-    ext_proc: Vec<String>,
-    /// Envoy admin address.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
-    admin: SocketAddr,
-    /// Envoy's access log: one JSON line per request on stdout (method,
-    /// path, code, flags, upstream, the filter's route list and key, user).
-    #[arg(long, value_enum, default_value_t = AccessLog::Stdout)]
-    access_log: AccessLog,
-    /// How often Envoy's refresher asks mvp-ext-proc for a table when its
-    /// last call failed. Otherwise it long-polls: mvp-ext-proc holds each
-    /// call until it publishes a newer table, so a table reaches Envoy the
-    /// moment it exists.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
-    table_poll_interval: Duration,
-    /// Longest a request only closed (restarting, not yet read) apiservers
-    /// serve is held for a table that opens one, before its 503 Status; 0
-    /// answers at once. At most 60s.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
-    hold_unavailable: Duration,
-    /// Serving certificate of the front door; with --tls-private-key-file,
-    /// clients connect over TLS (HTTP/2 and HTTP/1.1).
-    #[arg(long, value_name = "FILE")]
-    tls_cert_file: Option<std::path::PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_private_key_file: Option<std::path::PathBuf>,
-    /// CA that client certificates must chain to; a verified certificate's CN
-    /// and O are forwarded as the requestheader user and groups.
-    #[arg(long, value_name = "FILE")]
-    client_ca_file: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    peer_tls: PeerTlsArgs,
-    #[command(flatten)]
-    requestheader: RequestHeaderArgs,
-    /// Longest Envoy waits for mvp-ext-proc's first answer to an /apis
-    /// response before it serves the apiserver's own (unmerged) document
-    /// instead. 1 s: on a saturated machine a 250 ms wait made 2 of 160
-    /// concurrent multi-MiB answers fall back (docs/discovery.md); only a hung
-    /// mvp-ext-proc ever waits this long (a stopped one fails at once).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
-    ext_proc_message_timeout: Duration,
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<std::path::PathBuf>,
-}
-
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -302,7 +238,7 @@ pub fn main() -> ExitCode {
     init_logging(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::EnvoyConfig(args) => envoy_config(args),
+        Command::EnvoyConfig(args) => envoy_config::envoy_config(args),
         Command::DecodeDiscovery => decode_discovery(),
         Command::Explain(args) => explain(args),
     };
@@ -339,45 +275,6 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         username_header: requestheader.username_header().to_string(),
         ads_max_stream_age: Some(a.ads_max_stream_age),
     })
-}
-
-fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
-    let output = a.output.clone();
-    let yaml = render_envoy_config(a, &envoy_config::rendering_command(std::env::args().skip(1)))?;
-    match output {
-        Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
-        None => print!("{yaml}"),
-    }
-    Ok(())
-}
-
-/// What `mvp-ext-proc envoy-config ARGS…` prints, as a function (for tests
-/// and tools that render without spawning the binary).
-pub fn envoy_config_yaml(args: &[String]) -> anyhow::Result<String> {
-    let argv = ["mvp-ext-proc".to_string(), "envoy-config".to_string()].into_iter().chain(args.iter().cloned());
-    let Command::EnvoyConfig(a) = Cli::try_parse_from(argv)?.command else {
-        anyhow::bail!("not an envoy-config command line");
-    };
-    render_envoy_config(a, &envoy_config::rendering_command(["envoy-config".to_string()].into_iter().chain(args.iter().cloned())))
-}
-
-fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<String> {
-    let front_tls = FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
-    let opts = EnvoyConfigOptions {
-        front_tls,
-        peer_tls: a.peer_tls.load()?,
-        requestheader: a.requestheader.names()?,
-        apiservers: a.apiservers,
-        listen: a.listen,
-        admin: a.admin,
-        wasm: a.wasm,
-        ext_proc: a.ext_proc,
-        table_poll_interval: a.table_poll_interval,
-        hold_unavailable: a.hold_unavailable,
-        ext_proc_message_timeout: a.ext_proc_message_timeout,
-        access_log: a.access_log == AccessLog::Stdout,
-    };
-    Ok(envoy_config::render_yaml(&opts, command)?)
 }
 
 fn decode_discovery() -> anyhow::Result<()> {

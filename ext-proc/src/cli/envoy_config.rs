@@ -1,0 +1,142 @@
+//! `mvp-ext-proc envoy-config`: its flags, checked and turned into
+//! [`EnvoyConfigOptions`], and the rendered bootstrap.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+use super::{Cli, Command, PeerTlsArgs, RequestHeaderArgs};
+use crate::apiservers::ApiserverSpec;
+use crate::envoy_config::{self, EnvoyConfigOptions, FilterBuild};
+use crate::tls::FrontTls;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(super) enum FilterKind {
+    Wasm,
+    Native,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AccessLog {
+    Stdout,
+    Off,
+}
+
+#[derive(Parser)]
+pub(super) struct EnvoyConfigArgs {
+    /// Optional, for checking the TLS flags against the apiserver URLs: the
+    /// apiserver clusters and members come from mvp-ext-proc over ADS.
+    #[arg(long = "apiserver", value_name = "NAME=URL")]
+    apiservers: Vec<ApiserverSpec>,
+    /// Address clients connect to.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// The routing filter's build: `wasm` (mvp_wasm_filter.wasm in Envoy's
+    /// V8, any Envoy with wasm) or `native` (libmvp_native_filter.so, an
+    /// Envoy dynamic module built for Envoy 1.40.x: past the proxy-wasm
+    /// per-request floor).
+    #[arg(long, value_enum, default_value_t = FilterKind::Wasm)]
+    filter: FilterKind,
+    /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it (with
+    /// `--filter wasm`).
+    #[arg(long, value_name = "PATH", required_if_eq("filter", "wasm"))]
+    wasm: Option<String>,
+    /// Path of the built libmvp_native_filter.so, as Envoy will see it
+    /// (with `--filter native`).
+    #[arg(long, value_name = "PATH", required_if_eq("filter", "native"))]
+    native_module: Option<String>,
+    /// mvp-ext-proc's --grpc-listen address as Envoy reaches it: IP:PORT,
+    /// HOST:PORT, or unix:/PATH. Repeat it for replicas, the preferred one
+    /// first (e.g. the one on the same node): Envoy uses the first healthy
+    /// one for everything and fails over to the next.
+    #[arg(long, value_name = "HOST:PORT|unix:/PATH", required = true)]
+    ext_proc: Vec<String>,
+    /// Envoy admin address.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9901")]
+    admin: SocketAddr,
+    /// Envoy's access log: one JSON line per request on stdout (method,
+    /// path, code, flags, upstream, the filter's route list and key, user).
+    #[arg(long, value_enum, default_value_t = AccessLog::Stdout)]
+    access_log: AccessLog,
+    /// How often Envoy's refresher asks mvp-ext-proc for a table when its
+    /// last call failed. Otherwise it long-polls: mvp-ext-proc holds each
+    /// call until it publishes a newer table, so a table reaches Envoy the
+    /// moment it exists.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
+    table_poll_interval: Duration,
+    /// Longest a request only closed (restarting, not yet read) apiservers
+    /// serve is held for a table that opens one, before its 503 Status; 0
+    /// answers at once. At most 60s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    hold_unavailable: Duration,
+    /// Serving certificate of the front door; with --tls-private-key-file,
+    /// clients connect over TLS (HTTP/2 and HTTP/1.1).
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA that client certificates must chain to; a verified certificate's CN
+    /// and O are forwarded as the requestheader user and groups.
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    peer_tls: PeerTlsArgs,
+    #[command(flatten)]
+    requestheader: RequestHeaderArgs,
+    /// Longest Envoy waits for mvp-ext-proc's first answer to an /apis
+    /// response before it serves the apiserver's own (unmerged) document
+    /// instead. 1 s: on a saturated machine a 250 ms wait made 2 of 160
+    /// concurrent multi-MiB answers fall back (docs/discovery.md); only a hung
+    /// mvp-ext-proc ever waits this long (a stopped one fails at once).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    ext_proc_message_timeout: Duration,
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+}
+
+pub(super) fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
+    let output = a.output.clone();
+    let yaml = render_envoy_config(a, &envoy_config::rendering_command(std::env::args().skip(1)))?;
+    match output {
+        Some(path) => std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    Ok(())
+}
+
+/// What `mvp-ext-proc envoy-config ARGS…` prints, as a function (for tests
+/// and tools that render without spawning the binary).
+pub fn envoy_config_yaml(args: &[String]) -> anyhow::Result<String> {
+    let argv = ["mvp-ext-proc".to_string(), "envoy-config".to_string()].into_iter().chain(args.iter().cloned());
+    let Command::EnvoyConfig(a) = Cli::try_parse_from(argv)?.command else {
+        anyhow::bail!("not an envoy-config command line");
+    };
+    render_envoy_config(a, &envoy_config::rendering_command(["envoy-config".to_string()].into_iter().chain(args.iter().cloned())))
+}
+
+fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<String> {
+    let front_tls = FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
+    let opts = EnvoyConfigOptions {
+        front_tls,
+        peer_tls: a.peer_tls.load()?,
+        requestheader: a.requestheader.names()?,
+        apiservers: a.apiservers,
+        listen: a.listen,
+        admin: a.admin,
+        filter: match (a.filter, a.wasm, a.native_module) {
+            (FilterKind::Wasm, Some(wasm), _) => FilterBuild::Wasm(wasm),
+            (FilterKind::Native, _, Some(module)) => FilterBuild::Native(module),
+            (FilterKind::Wasm, ..) => anyhow::bail!("--filter wasm needs --wasm"),
+            (FilterKind::Native, ..) => anyhow::bail!("--filter native needs --native-module"),
+        },
+        ext_proc: a.ext_proc,
+        table_poll_interval: a.table_poll_interval,
+        hold_unavailable: a.hold_unavailable,
+        ext_proc_message_timeout: a.ext_proc_message_timeout,
+        access_log: a.access_log == AccessLog::Stdout,
+    };
+    Ok(envoy_config::render_yaml(&opts, command)?)
+}

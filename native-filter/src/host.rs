@@ -1,0 +1,227 @@
+//! The [`Host`] the router and the refresher run on, over the dynamic-module
+//! ABI: for a request (its Envoy filter pointer) or for the refresher (its
+//! bootstrap configuration and the answer to its call).
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use mvp_wasm_filter::host::{Counter, Gauge, Host, HostError, LogLevel};
+
+use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
+use crate::process;
+
+/// Why a host call failed: what the ABI answered has no status, only
+/// "false", so each failure is numbered by where it happened.
+const SET_HEADER: u32 = 1;
+const ADD_HEADER: u32 = 2;
+const SET_STATE: u32 = 3;
+const NOT_HERE: u32 = 4;
+const CALLOUT: u32 = 5;
+
+/// Envoy's ids for the counters (`None`: the definition was refused).
+pub type CounterIds = [Option<usize>; Counter::ALL.len()];
+
+fn index(c: Counter) -> usize {
+    Counter::ALL.iter().position(|x| *x == c).unwrap_or(0)
+}
+
+/// Where host calls go.
+pub enum Target<'a> {
+    /// A request on a worker; counters defined by its filter configuration.
+    Request { filter: EnvoyPtr, counters: &'a CounterIds },
+    /// The refresher: its bootstrap configuration, counters and version
+    /// gauge, and the answer of its call while it is read.
+    Refresher { config: EnvoyPtr, counters: &'a CounterIds, version_gauge: Option<usize>, answer: Option<Answer<'a>> },
+}
+
+/// A callout's answer, as Envoy hands it to `..._http_callout_done`: the
+/// headers and the body, no trailers.
+pub struct Answer<'a> {
+    pub success: bool,
+    pub headers: &'a [EnvoyHttpHeader],
+    pub body: &'a [EnvoyBuffer],
+}
+
+pub struct NativeHost<'a> {
+    target: Target<'a>,
+    /// A request header was written: the route must be matched again.
+    wrote_header: Cell<bool>,
+}
+
+impl<'a> NativeHost<'a> {
+    pub fn new(target: Target<'a>) -> NativeHost<'a> {
+        NativeHost { target, wrote_header: Cell::new(false) }
+    }
+
+    pub fn wrote_header(&self) -> bool {
+        self.wrote_header.get()
+    }
+
+    fn request(&self) -> Result<EnvoyPtr, HostError> {
+        match self.target {
+            Target::Request { filter, .. } => Ok(filter),
+            Target::Refresher { .. } => Err(HostError(NOT_HERE)),
+        }
+    }
+
+    fn answer_header(&self, name: &str) -> Option<Vec<u8>> {
+        let Target::Refresher { answer: Some(a), .. } = &self.target else { return None };
+        a.headers.iter().find_map(|h| {
+            let key = unsafe { EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }.bytes() }?;
+            key.eq_ignore_ascii_case(name.as_bytes()).then(|| unsafe { EnvoyBuffer { ptr: h.value_ptr, length: h.value_length }.bytes() }.unwrap_or_default().to_vec())
+        })
+    }
+}
+
+impl Host for NativeHost<'_> {
+    fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError> {
+        let filter = self.request()?;
+        let mut out = EnvoyBuffer::EMPTY;
+        let found = unsafe { abi::envoy_dynamic_module_callback_http_get_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), &mut out, 0, std::ptr::null_mut()) };
+        Ok(if found { unsafe { out.bytes() }.map(<[u8]>::to_vec) } else { None })
+    }
+
+    fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        let filter = self.request()?;
+        let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };
+        self.wrote_header.set(true);
+        ok.then_some(()).ok_or(HostError(SET_HEADER))
+    }
+
+    fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        let filter = self.request()?;
+        let ok = unsafe { abi::envoy_dynamic_module_callback_http_add_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };
+        self.wrote_header.set(true);
+        ok.then_some(()).ok_or(HostError(ADD_HEADER))
+    }
+
+    /// Filter state under the key proxy-wasm gives a property (`wasm.` and
+    /// its name), so the access log reads either build the same way.
+    fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError> {
+        let filter = self.request()?;
+        let key = format!("wasm.{name}");
+        let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_filter_state_bytes(filter, ModuleBuffer::of(key.as_bytes()), ModuleBuffer::of(value)) };
+        ok.then_some(()).ok_or(HostError(SET_STATE))
+    }
+
+    fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
+        let filter = self.request()?;
+        let mut out = EnvoyBuffer::EMPTY;
+        let found = unsafe { abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(filter, abi::ATTRIBUTE_SUBJECT_PEER_CERTIFICATE, &mut out) };
+        Ok(if found { unsafe { out.bytes() }.map(<[u8]>::to_vec) } else { None })
+    }
+
+    fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(process::get(key))
+    }
+
+    fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        process::set(key, value);
+        Ok(())
+    }
+
+    /// The refresher's `GetTable` call (a bootstrap callout; its answer
+    /// comes to `on_bootstrap_extension_http_callout_done`).
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, HostError> {
+        let Target::Refresher { config, .. } = self.target else { return Err(HostError(NOT_HERE)) };
+        let mut headers = abi::module_headers(headers);
+        let mut id = 0u64;
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let result = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_http_callout(config, &mut id, ModuleBuffer::of(cluster.as_bytes()), headers.as_mut_ptr(), headers.len(), ModuleBuffer::of(body), timeout_ms) };
+        if result != abi::CALLOUT_INIT_SUCCESS {
+            return Err(HostError(CALLOUT * 100 + result));
+        }
+        Ok(u32::try_from(id).unwrap_or(u32::MAX))
+    }
+
+    fn set_effective_context(&self, _context: u32) -> Result<(), HostError> {
+        Err(HostError(NOT_HERE))
+    }
+
+    fn continue_request(&self) -> Result<(), HostError> {
+        let filter = self.request()?;
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(filter) };
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.answer_header(name)
+    }
+
+    /// Envoy hands a callout's answer over without its trailers. gRPC puts
+    /// an error's `grpc-status` in the headers (trailers-only), which
+    /// [`Host::call_response_header`] finds; a 200 whose headers carry none
+    /// and whose body is a message is the OK reply (the message is still
+    /// length-checked and decoded before use).
+    fn call_response_trailer(&self, name: &str) -> Option<Vec<u8>> {
+        let Target::Refresher { answer: Some(a), .. } = &self.target else { return None };
+        let ok_reply = a.success && !a.body.is_empty() && self.answer_header("grpc-status").is_none();
+        (name == "grpc-status" && ok_reply).then(|| b"0".to_vec())
+    }
+
+    fn call_response_body(&self, max: usize) -> Vec<u8> {
+        let Target::Refresher { answer: Some(a), .. } = &self.target else { return Vec::new() };
+        let mut out = Vec::new();
+        for chunk in a.body {
+            let bytes = unsafe { chunk.bytes() }.unwrap_or_default();
+            let room = max.saturating_sub(out.len());
+            out.extend_from_slice(bytes.get(..room.min(bytes.len())).unwrap_or_default());
+        }
+        out
+    }
+
+    fn count(&self, counter: Counter, n: i64) {
+        let value = u64::try_from(n).unwrap_or(0);
+        match &self.target {
+            Target::Request { filter, counters } => {
+                if let Some(Some(id)) = counters.get(index(counter)) {
+                    unsafe { abi::envoy_dynamic_module_callback_http_filter_increment_counter(*filter, *id, std::ptr::null_mut(), 0, value) };
+                }
+            }
+            Target::Refresher { config, counters, .. } => {
+                if let Some(Some(id)) = counters.get(index(counter)) {
+                    unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_increment_counter(*config, *id, std::ptr::null_mut(), 0, value) };
+                }
+            }
+        }
+    }
+
+    /// The table version is announced in process memory (and, by the
+    /// refresher, in Envoy's gauge for operators); the memory gauge is the
+    /// wasm VM's and has no meaning here.
+    fn set_gauge(&self, gauge: Gauge, value: u64) -> Result<(), HostError> {
+        if gauge != Gauge::TableVersion {
+            return Ok(());
+        }
+        process::announce(value);
+        if let Target::Refresher { config, version_gauge: Some(id), .. } = self.target {
+            unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_set_gauge(config, id, std::ptr::null_mut(), 0, value) };
+        }
+        Ok(())
+    }
+
+    fn gauge(&self, gauge: Gauge) -> Result<u64, HostError> {
+        match gauge {
+            Gauge::TableVersion => Ok(process::version()),
+            Gauge::VmMemoryBytes => Ok(0),
+        }
+    }
+
+    fn log(&self, level: LogLevel, msg: &str) {
+        abi::log(
+            match level {
+                LogLevel::Info => abi::LOG_INFO,
+                LogLevel::Warn => abi::LOG_WARN,
+            },
+            msg,
+        )
+    }
+
+    fn vm_memory_bytes(&self) -> u64 {
+        0
+    }
+}
