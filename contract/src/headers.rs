@@ -27,6 +27,12 @@ pub const UNAVAILABLE_DOCUMENT: &str = "unavailable-document";
 /// clients cannot send it (stripped like [`ROUTE`]).
 pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
 
+/// Envoy's router reads it as the request's retry count, over the matched
+/// route's. The native filter pins without matching the route again, so it
+/// caps retries itself with it (listed apiservers − 1), as the pinned
+/// routes do for the wasm build. Clients' copies are stripped (`x-envoy-`).
+pub const ENVOY_MAX_RETRIES: &str = "x-envoy-max-retries";
+
 /// On every answer mvp-ext-proc gave for a merged document (`/apis`, the
 /// OpenAPI documents): what it did (`merged`, `not_modified`,
 /// `upstream_status`, …, the `result` of `mvp_discovery_rewrites_total`).

@@ -81,6 +81,9 @@ pub const CALLOUT_INIT_SUCCESS: u32 = 0;
 pub const CALLOUT_SUCCESS: u32 = 0;
 /// `..._on_http_filter_request_headers_status_Continue`.
 pub const HEADERS_CONTINUE: u32 = 0;
+/// `..._on_http_filter_request_headers_status_StopAllIterationAndWatermark`:
+/// a held request, its body held too (what proxy-wasm's pause becomes).
+pub const HEADERS_STOP_ALL_WATERMARK: u32 = 4;
 
 /// `envoy_dynamic_module_type_log_level`.
 pub const LOG_INFO: u32 = 2;
@@ -98,12 +101,20 @@ unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(filter: EnvoyPtr, attribute: u32, result: *mut EnvoyBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_increment_counter(filter: EnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_length: usize, value: u64) -> u32;
     pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: EnvoyPtr);
+    // Any thread may commit; the event runs on the stream's worker, or is
+    // dropped when the stream is gone.
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: EnvoyPtr) -> *mut c_void;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler: *mut c_void, event_id: u64);
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
 
     // The HTTP filter's configuration (main thread).
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(config: EnvoyPtr, name: ModuleBuffer, label_names: *mut ModuleBuffer, label_names_length: usize, id: *mut usize) -> u32;
 
     // The bootstrap extension (main thread): the refresher.
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(config: EnvoyPtr);
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(config: EnvoyPtr) -> *mut c_void;
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(scheduler: *mut c_void, event_id: u64);
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(scheduler: *mut c_void);
     pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_new(config: EnvoyPtr) -> *mut c_void;
     pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer: *mut c_void, delay_ms: u64);
     pub fn envoy_dynamic_module_callback_bootstrap_extension_timer_delete(timer: *mut c_void);

@@ -11,6 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModulePtr};
 use crate::filter::FilterConfig;
+use crate::hold;
 use crate::refresher::RefresherExtension;
 
 fn guard<R>(fallback: R, f: impl FnOnce() -> R) -> R {
@@ -73,6 +74,29 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(fil
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(_module: ModulePtr) {}
 
+/// A held request's wake (`hold.rs`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(filter: EnvoyPtr, module: ModulePtr, event: u64) {
+    guard((), || {
+        if event == hold::WAKE
+            && let Some(config) = unsafe { (module as *const FilterConfig).as_ref() }
+        {
+            config.on_wake(filter);
+        }
+    })
+}
+
+/// A stream's end: forgets it if it was held (nothing to do for the
+/// others, which is every request but a held one).
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(filter: EnvoyPtr, _module: ModulePtr) {
+    guard((), || {
+        if hold::any_parked() {
+            hold::unpark(filter);
+        }
+    })
+}
+
 macro_rules! continue_hooks {
     ($($name:ident($($arg:ident: $ty:ty),*)),* $(,)?) => {$(
         #[unsafe(no_mangle)]
@@ -98,8 +122,6 @@ continue_hooks! {
 }
 
 nothing_hooks! {
-    envoy_dynamic_module_on_http_filter_stream_complete(_f: EnvoyPtr, _m: ModulePtr),
-    envoy_dynamic_module_on_http_filter_scheduled(_f: EnvoyPtr, _m: ModulePtr, _event: u64),
     envoy_dynamic_module_on_http_filter_config_scheduled(_c: EnvoyPtr, _m: ModulePtr, _event: u64),
     envoy_dynamic_module_on_http_filter_http_callout_done(_f: EnvoyPtr, _m: ModulePtr, _id: u64, _result: u32, _h: *const EnvoyHttpHeader, _hn: usize, _b: *const EnvoyBuffer, _bn: usize),
     envoy_dynamic_module_on_http_filter_config_http_callout_done(_c: EnvoyPtr, _m: ModulePtr, _id: u64, _result: u32, _h: *const EnvoyHttpHeader, _hn: usize, _b: *const EnvoyBuffer, _bn: usize),
@@ -148,10 +170,22 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(config: Module
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(envoy: EnvoyPtr, config: ModulePtr, _timer: *mut c_void) {
+pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(envoy: EnvoyPtr, config: ModulePtr, timer: *mut c_void) {
     guard((), || {
         if let Some(r) = unsafe { (config as *const RefresherExtension).as_ref() } {
-            r.on_timer(envoy);
+            r.on_timer_fired(envoy, timer);
+        }
+    })
+}
+
+/// A worker held a request: the main thread arms its hold timer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(_envoy: EnvoyPtr, config: ModulePtr, event: u64) {
+    guard((), || {
+        if event == hold::HELD
+            && let Some(r) = unsafe { (config as *const RefresherExtension).as_ref() }
+        {
+            r.wake_held();
         }
     })
 }
@@ -180,7 +214,6 @@ nothing_hooks! {
     envoy_dynamic_module_on_bootstrap_extension_server_initialized(_e: EnvoyPtr, _m: ModulePtr),
     envoy_dynamic_module_on_bootstrap_extension_worker_thread_initialized(_e: EnvoyPtr, _m: ModulePtr),
     envoy_dynamic_module_on_bootstrap_extension_drain_started(_e: EnvoyPtr, _m: ModulePtr),
-    envoy_dynamic_module_on_bootstrap_extension_config_scheduled(_e: EnvoyPtr, _m: ModulePtr, _event: u64),
     envoy_dynamic_module_on_bootstrap_extension_file_changed(_e: EnvoyPtr, _m: ModulePtr, _path: EnvoyBuffer, _events: u32),
     envoy_dynamic_module_on_bootstrap_extension_cluster_add_or_update(_e: EnvoyPtr, _m: ModulePtr, _name: EnvoyBuffer),
     envoy_dynamic_module_on_bootstrap_extension_cluster_removal(_e: EnvoyPtr, _m: ModulePtr, _name: EnvoyBuffer),

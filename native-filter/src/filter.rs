@@ -3,23 +3,28 @@
 //!
 //! No per-request state: the module pointer Envoy keeps for a stream is
 //! the configuration's own, so a request costs no allocation and its
-//! destroy hook nothing.
+//! destroy hook nothing (a held request is in its worker's list,
+//! `hold.rs`, keyed by its stream).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mvp_contract::plugin::{PluginConfig, RouterConfig};
+use mvp_contract::envoy::HELD_PROPERTY;
+use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
 use mvp_wasm_filter::host::{Counter, Host, LogLevel};
 use mvp_wasm_filter::router::{Action, Router};
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
 use crate::host::{CounterIds, NativeHost, Target};
+use crate::{hold, process};
 
 /// One HTTP filter configuration (main thread creates and drops it;
 /// workers read it).
 pub struct FilterConfig {
     id: u64,
     router: RouterConfig,
+    /// Holding requests for a newer table (`hold.rs`).
+    hold: Option<HoldConfig>,
     counters: CounterIds,
 }
 
@@ -41,45 +46,113 @@ impl FilterConfig {
             Ok(PluginConfig::Refresher(_)) => return Err("the refresher is the bootstrap extension, not the HTTP filter".into()),
             Err(e) => return Err(e.to_string()),
         };
-        if router.hold.take().is_some() {
-            abi::log(abi::LOG_WARN, "mvp router (native): holding requests for a newer table is not in the native build yet; the 503 Status at once");
-        }
+        // Held here (`hold.rs`), not by the router's own call.
+        let hold = router.hold.take();
         let mut counters: CounterIds = [None; Counter::ALL.len()];
         for (slot, c) in counters.iter_mut().zip(Counter::ALL) {
             let mut id = 0usize;
             let r = unsafe { abi::envoy_dynamic_module_callback_http_filter_config_define_counter(envoy, ModuleBuffer::of(c.name().as_bytes()), std::ptr::null_mut(), 0, &mut id) };
             *slot = (r == abi::METRICS_SUCCESS).then_some(id);
         }
-        Ok(FilterConfig { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), router, counters })
+        Ok(FilterConfig { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), router, hold, counters })
     }
 
-    /// A request's headers: route it, then have Envoy match the route
-    /// again if a header changed (the route table matches the route header).
-    pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
-        let host = NativeHost::new(Target::Request { filter, counters: &self.counters });
-        let action = ROUTERS.with(|routers| {
-            let Ok(mut routers) = routers.try_borrow_mut() else { return Action::Continue };
+    /// Runs `f` with this worker's router for this configuration.
+    fn with_router<R>(&self, host: &NativeHost<'_>, fallback: R, f: impl FnOnce(&Router) -> R) -> R {
+        ROUTERS.with(|routers| {
+            let Ok(mut routers) = routers.try_borrow_mut() else { return fallback };
             let router = match routers.iter().position(|(id, _)| *id == self.id) {
                 Some(i) => routers.get(i).map(|(_, r)| r),
                 None => {
-                    routers.push((self.id, Router::new(self.router.clone(), &host)));
+                    routers.push((self.id, Router::new(self.router.clone(), host)));
                     routers.last().map(|(_, r)| r)
                 }
             };
-            let Some(router) = router else { return Action::Continue };
+            match router {
+                Some(r) => f(r),
+                None => fallback,
+            }
+        })
+    }
+
+    fn host<'a>(&'a self, filter: EnvoyPtr) -> NativeHost<'a> {
+        NativeHost::new(Target::Request { filter, counters: &self.counters })
+    }
+
+    /// A request's headers: route it, then have Envoy match the route
+    /// again if a header the route table matches changed (identity
+    /// headers, an unavailable answer; a pinned request does not need it:
+    /// [`NativeHost`]'s `pin`). A request only closed apiservers serve is
+    /// held when the configuration allows ([`hold`]).
+    pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
+        let mut host = self.host(filter);
+        host.set_holding(self.hold.is_some());
+        self.with_router(&host, Action::Continue, |router| {
             let action = router.on_request_headers(&host, 0);
             router.flush(&host);
             action
         });
-        if host.wrote_header() {
+        self.finish(&host, filter, None)
+    }
+
+    /// A held request's wake: route it again by the newest table.
+    pub fn on_wake(&self, filter: EnvoyPtr) {
+        let Some(held) = hold::unpark(filter) else { return };
+        let mut host = self.host(filter);
+        host.set_holding(hold::now_ms() < held.deadline_ms);
+        self.with_router(&host, (), |router| router.reroute(&host));
+        if self.finish(&host, filter, Some(held)) == abi::HEADERS_CONTINUE {
+            unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(filter) };
+        }
+    }
+
+    /// After routing: parks a request the table answered with the 503
+    /// while it may wait, or writes that answer; the status for Envoy.
+    /// `held`: since when and until when it was held already, if it was.
+    fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, held: Option<hold::Released>) -> u32 {
+        let answer = host.unavailable();
+        let was_held = held.is_some();
+        if let Some(answer) = answer
+            && host.holding()
+        {
+            let max_held = self.hold.as_ref().map_or(0, |h| h.max_held as usize);
+            let span = held.unwrap_or_else(|| {
+                let now = hold::now_ms();
+                hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))) }
+            });
+            if hold::park(filter, process::version(), span.since_ms, span.deadline_ms, max_held) {
+                if !was_held {
+                    host.count(Counter::Held, 1);
+                }
+                return abi::HEADERS_STOP_ALL_WATERMARK;
+            }
+            if !was_held {
+                host.count(Counter::HoldRefused, 1);
+            }
+            if let Err(e) = host.set_request_header(&self.router.route_header, answer) {
+                host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}"));
+            }
+        }
+        if let Some(held) = held {
+            self.held_for(host, held, answer.is_some());
+        }
+        if host.rematch() {
             unsafe { abi::envoy_dynamic_module_callback_http_clear_route_cache(filter) };
         }
-        match action {
-            Action::Continue => abi::HEADERS_CONTINUE,
-            // Not reached without a hold configuration (see `new`).
-            Action::Pause => {
-                host.log(LogLevel::Warn, "mvp router (native): a request was held without a hold; let go");
-                abi::HEADERS_CONTINUE
+        abi::HEADERS_CONTINUE
+    }
+
+    /// Counts a held request's end and, with the access log on, says how
+    /// long it was held and how it ended (the wasm build's property).
+    fn held_for(&self, host: &NativeHost<'_>, held: hold::Released, unavailable: bool) {
+        if unavailable {
+            host.count(Counter::HeldThenUnavailable, 1);
+        }
+        if self.router.export_route_key {
+            let ms = hold::now_ms().saturating_sub(held.since_ms);
+            let how = if unavailable { "unavailable" } else { "routed" };
+            if let Err(e) = host.set_property(HELD_PROPERTY, format!("{ms} {how}").as_bytes()) {
+                host.log(LogLevel::Warn, &format!("mvp router: setting {HELD_PROPERTY}: {e}"));
             }
         }
     }

@@ -5,6 +5,8 @@
 use std::cell::Cell;
 use std::time::Duration;
 
+use mvp_contract::headers::{ENVOY_MAX_RETRIES, PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
+use mvp_contract::limits::MAX_LISTED_APISERVERS;
 use mvp_wasm_filter::host::{Counter, Gauge, Host, HostError, LogLevel};
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
@@ -44,17 +46,47 @@ pub struct Answer<'a> {
 
 pub struct NativeHost<'a> {
     target: Target<'a>,
-    /// A request header was written: the route must be matched again.
-    wrote_header: Cell<bool>,
+    /// A header the route table matches was written (identity, an
+    /// unavailable answer): the route must be matched again.
+    rematch: Cell<bool>,
+    /// The request may be held: an unavailable answer is kept back for the
+    /// caller (`hold.rs`) instead of written.
+    holding: bool,
+    /// The route's answer was the 503 Status (which of the two).
+    unavailable: Cell<Option<&'static str>>,
 }
+
+/// `x-envoy-max-retries` values: a pinned request retries at most its
+/// listed apiservers less one.
+const RETRIES: [&str; MAX_LISTED_APISERVERS] = ["0", "1", "2", "3", "4", "5", "6", "7"];
 
 impl<'a> NativeHost<'a> {
     pub fn new(target: Target<'a>) -> NativeHost<'a> {
-        NativeHost { target, wrote_header: Cell::new(false) }
+        NativeHost { target, rematch: Cell::new(false), holding: false, unavailable: Cell::new(None) }
     }
 
-    pub fn wrote_header(&self) -> bool {
-        self.wrote_header.get()
+    pub fn set_holding(&mut self, holding: bool) {
+        self.holding = holding;
+    }
+
+    pub fn holding(&self) -> bool {
+        self.holding
+    }
+
+    /// The unavailable answer the route gave, if it gave one.
+    pub fn unavailable(&self) -> Option<&'static str> {
+        self.unavailable.get()
+    }
+
+    /// Whether Envoy must match the request's route again.
+    pub fn rematch(&self) -> bool {
+        self.rematch.get()
+    }
+
+    fn write_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        let filter = self.request()?;
+        let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };
+        ok.then_some(()).ok_or(HostError(SET_HEADER))
     }
 
     fn request(&self) -> Result<EnvoyPtr, HostError> {
@@ -82,17 +114,43 @@ impl Host for NativeHost<'_> {
     }
 
     fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
-        let filter = self.request()?;
-        let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };
-        self.wrote_header.set(true);
-        ok.then_some(()).ok_or(HostError(SET_HEADER))
+        self.rematch.set(true);
+        self.write_header(name, value)
     }
 
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
         let filter = self.request()?;
         let ok = unsafe { abi::envoy_dynamic_module_callback_http_add_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };
-        self.wrote_header.set(true);
+        self.rematch.set(true);
         ok.then_some(()).ok_or(HostError(ADD_HEADER))
+    }
+
+    /// Pins without matching the route again — the route match is most of
+    /// what routing by a header costs Envoy — by doing here what the wasm
+    /// build's pinned routes do: the route header for the override-host load
+    /// balancer (it reads the header when it picks a host, so ordered
+    /// fail-over over the list is the same), x-kubernetes-peer-proxied, and
+    /// retries capped at the listed apiservers less one. The route matched
+    /// before the filter is a default route, whose `retry_on` is already the
+    /// one for the request's method (the default routes split reads from
+    /// writes as the pinned ones do); only its count differs. The
+    /// unavailable answers are the route table's direct responses: matched
+    /// again (rare, and the price of one answer, not of routing) — or kept
+    /// back while the request may be held.
+    fn pin(&self, header: &str, hosts: &str) -> Result<(), HostError> {
+        if hosts == UNAVAILABLE || hosts == UNAVAILABLE_DOCUMENT {
+            let answer = if hosts == UNAVAILABLE { UNAVAILABLE } else { UNAVAILABLE_DOCUMENT };
+            self.unavailable.set(Some(answer));
+            if self.holding {
+                return Ok(());
+            }
+            return self.set_request_header(header, answer);
+        }
+        let listed = hosts.bytes().filter(|b| *b == b',').count();
+        let retries = RETRIES.get(listed).copied().unwrap_or("0");
+        self.write_header(header, hosts)?;
+        self.write_header(PEER_PROXIED, "true")?;
+        self.write_header(ENVOY_MAX_RETRIES, retries)
     }
 
     /// Filter state under the key proxy-wasm gives a property (`wasm.` and

@@ -19,6 +19,7 @@
 mod abi;
 mod exports;
 mod filter;
+mod hold;
 mod host;
 mod process;
 mod refresher;

@@ -11,11 +11,14 @@ use mvp_wasm_filter::host::{Counter, Gauge};
 use mvp_wasm_filter::refresher::{Next, Refresher};
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
+use crate::hold;
 use crate::host::{Answer, CounterIds, NativeHost, Target};
 
 pub struct RefresherExtension {
     refresher: RefCell<Refresher>,
     timer: *mut c_void,
+    /// Wakes held requests at the earliest deadline (`hold.rs`).
+    hold_timer: *mut c_void,
     counters: CounterIds,
     version_gauge: Option<usize>,
 }
@@ -41,21 +44,45 @@ impl RefresherExtension {
         let r = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(envoy, ModuleBuffer::of(Gauge::TableVersion.name().as_bytes()), std::ptr::null_mut(), 0, &mut id) };
         let version_gauge = (r == abi::METRICS_SUCCESS).then_some(id);
         let timer = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(envoy) };
-        if timer.is_null() {
+        let hold_timer = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(envoy) };
+        if timer.is_null() || hold_timer.is_null() {
             return Err("Envoy gave the refresher no timer".into());
+        }
+        // Workers tell the main thread of a held request through it.
+        let scheduler = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(envoy) };
+        if !scheduler.is_null() {
+            hold::set_main(scheduler);
         }
         // The first call goes out from the event loop, once the clusters exist.
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, 0) };
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(envoy) };
-        Ok(RefresherExtension { refresher: RefCell::new(Refresher::new(config)), timer, counters, version_gauge })
+        Ok(RefresherExtension { refresher: RefCell::new(Refresher::new(config)), timer, hold_timer, counters, version_gauge })
     }
 
     fn host<'a>(&'a self, envoy: EnvoyPtr, answer: Option<Answer<'a>>) -> NativeHost<'a> {
         NativeHost::new(Target::Refresher { config: envoy, counters: &self.counters, version_gauge: self.version_gauge, answer })
     }
 
+    /// One of its timers fired.
+    pub fn on_timer_fired(&self, envoy: EnvoyPtr, timer: *mut c_void) {
+        if timer == self.hold_timer {
+            self.wake_held();
+        } else {
+            self.on_timer(envoy);
+        }
+    }
+
+    /// Wakes the held requests that are due (a new table, or their
+    /// deadline); the hold timer for the next deadline. Also the main
+    /// thread's answer to a worker that held one.
+    pub fn wake_held(&self) {
+        if let Some(ms) = hold::wake_due() {
+            unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(self.hold_timer, ms.max(1)) };
+        }
+    }
+
     /// The timer: the next call (none while one is in flight).
-    pub fn on_timer(&self, envoy: EnvoyPtr) {
+    fn on_timer(&self, envoy: EnvoyPtr) {
         let Ok(mut r) = self.refresher.try_borrow_mut() else { return };
         let Some(call) = r.next_call() else { return };
         let host = self.host(envoy, None);
@@ -75,6 +102,8 @@ impl RefresherExtension {
             let next = r.on_response(&host);
             (next, r.poll_interval_ms())
         };
+        // A new table may be what held requests wait for.
+        self.wake_held();
         match next {
             (Next::Now, _) => self.on_timer(envoy),
             (Next::Tick, ms) => self.arm(ms),
@@ -88,6 +117,8 @@ impl RefresherExtension {
 
 impl Drop for RefresherExtension {
     fn drop(&mut self) {
+        hold::clear_main();
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(self.timer) };
+        unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(self.hold_timer) };
     }
 }

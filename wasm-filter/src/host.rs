@@ -86,6 +86,16 @@ pub trait Host {
     /// Replaces every value of `name`.
     fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
+    /// Pins the request to `hosts` (the route header's value: a list of
+    /// apiservers, or one of the unavailable answers). The wasm build's
+    /// way: one header write, which clears Envoy's route cache (ABI 0.2.1),
+    /// so the route table, matching the header, adds
+    /// x-kubernetes-peer-proxied and caps retries by the number listed. A
+    /// host that can do that itself without matching the route again
+    /// overrides it (the native build).
+    fn pin(&self, header: &str, hosts: &str) -> Result<(), HostError> {
+        self.set_request_header(header, hosts)
+    }
     /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
     /// by the access log).
     fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError>;

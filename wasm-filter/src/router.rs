@@ -97,6 +97,16 @@ impl Router {
         Action::Continue
     }
 
+    /// Routes the current request again by the worker's newest table: the
+    /// native build's hold (`native-filter/src/hold.rs`), whose requests
+    /// wait for the process's table instead of a call of the worker's own.
+    pub fn reroute<H: Host>(&self, host: &H) {
+        self.load_table(host);
+        if let Some(path) = request_path(host) {
+            self.pin(host, &route::route(&self.table.current(), &DecodedPath::parse(&path)).1);
+        }
+    }
+
     /// The answer to the worker's hold call (`token`), in the root context:
     /// routes every held request by the newest table, holds again those it
     /// still cannot route while their time lasts, and lets the others go
@@ -196,17 +206,14 @@ impl Router {
         }
     }
 
-    /// Writes the route header the decision asks for. One header: Envoy's
-    /// route table adds x-kubernetes-peer-proxied and caps retries by the
-    /// number of hosts listed (ABI 0.2.1 clears the route cache on this
-    /// write, so the router matches again).
+    /// Pins the request as the decision asks ([`Host::pin`]).
     fn pin<H: Host>(&self, host: &H, decision: &Decision<'_>) {
         let n = self.counter.get();
         let Some(hosts) = decision.hosts(n) else {
             return;
         };
         self.counter.set(n.wrapping_add(1));
-        match host.set_request_header(&self.config.route_header, hosts) {
+        match host.pin(&self.config.route_header, hosts) {
             Ok(()) => self.unflushed.set(self.unflushed.get() + 1),
             Err(e) => host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}")),
         }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use integration::harness::topology::all_healthy;
-use integration::harness::{Ports, Proc, Topology, envoy_bin, ext_proc_bin, free_ports, wait_for};
+use integration::harness::{FilterBuild, Ports, Proc, Topology, envoy_bin, ext_proc_bin, free_ports, wait_for};
 
 pub struct Backend {
     dir: PathBuf,
@@ -102,8 +102,10 @@ impl Backend {
 
     /// The rendered production bootstrap for these upstreams, mvp-ext-proc
     /// reached over TCP.
-    pub fn render(&self, listen: u16, admin: u16) -> Result<Value> {
-        Ok(serde_yaml_ng::from_str(&self.front(listen, admin).render_envoy_config()?)?)
+    pub fn render(&self, listen: u16, admin: u16, filter: FilterBuild) -> Result<Value> {
+        let mut t = self.front(listen, admin);
+        t.filter = filter;
+        Ok(serde_yaml_ng::from_str(&t.render_envoy_config()?)?)
     }
 
     /// The same, mvp-ext-proc reached over its Unix socket.

@@ -14,7 +14,7 @@ use super::backend::Backend;
 use super::rebuilds::{Rebuild, rebuilds};
 use super::load::{self, Latency, Spread};
 use super::{Settings, cpu_ticks, paired, percentile, round_order, rss_mib, two_ports, variants};
-use integration::harness::fixtures_dir;
+use integration::harness::{FilterBuild, fixtures_dir};
 
 /// The CRD-heavy `/apis` case.
 #[derive(Debug, Default, Serialize)]
@@ -104,7 +104,7 @@ async fn merged_vs_passthrough(backend: &mut Backend, http: &reqwest::Client, la
         let (listen, admin) = two_ports();
         let mut config = match door {
             Door::MergedOverUnix => backend.render_over_unix(listen, admin)?,
-            _ => backend.render(listen, admin)?,
+            _ => backend.render(listen, admin, FilterBuild::Wasm)?,
         };
         match door {
             Door::Passthrough => variants::disable_ext_proc_on_apis(&mut config),
@@ -258,7 +258,7 @@ pub(super) async fn crd_heavy(dir: &Path, http: &reqwest::Client, settings: &Set
     let merged_etag = table["discovery"]["etag"].as_str().context("no merged ETag in /table")?.to_string();
 
     let (listen, admin) = two_ports();
-    let config = backend.render(listen, admin)?;
+    let config = backend.render(listen, admin, FilterBuild::Wasm)?;
     let envoy = backend.envoy("crd-heavy", &config, listen, admin, 1, true).await?;
     let url = format!("http://127.0.0.1:{listen}/apis");
     let accept = mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE;

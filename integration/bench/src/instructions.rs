@@ -127,7 +127,7 @@ pub async fn count_doors(dir: &Path, backends: &[(Backend, ApiSet, usize)], plan
     let mut out = BTreeMap::new();
     for (backend, table, gvrs) in backends {
         let list = match (*gvrs > 50, smoke) {
-            (true, false) => Variant::large_table(),
+            (true, false) => Variant::counted_large_table(),
             (true, true) => vec![],
             (false, false) => Variant::counted(),
             (false, true) => vec![Variant::Wasm, Variant::RoutingFloor],
@@ -148,10 +148,10 @@ async fn count(dir: &Path, backend: &Backend, (table, gvrs): (&ApiSet, usize), v
     let out = dir.join(format!("callgrind-{name}"));
     std::fs::create_dir_all(&out)?;
     let (listen, admin) = two_ports();
-    let config = variant.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
+    let config = variant.config(backend.render(listen, admin, variant.filter_build())?, table, &|n| backend.address(n), backend.router_port)?;
     let wrapper = callgrind(&out);
     let envoy = backend
-        .envoy_under(&format!("callgrind-{name}"), &config, (listen, admin), 1, variant.uses_wasm(), Some((&wrapper, Duration::from_secs(300))))
+        .envoy_under(&format!("callgrind-{name}"), &config, (listen, admin), 1, variant.loads_table(), Some((&wrapper, Duration::from_secs(300))))
         .await?;
     let url = format!("http://127.0.0.1:{listen}{}", table.routed_path());
     let capable = table.routed_servers();

@@ -35,7 +35,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use integration::harness::{Proc, free_ports};
+use integration::harness::{FilterBuild, Proc, free_ports};
 use backend::{Backend, VM_MEMORY_STAT};
 use discovery::{Added, ApisDoors, CrdHeavy, crd_heavy, real_discovery};
 use load::{Latency, Spread, Throughput};
@@ -173,8 +173,8 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let capable: Vec<String> = table.routed_servers();
         for variant in list.into_iter().filter(|_| settings.front_door && settings.variants) {
             let (listen, admin) = two_ports();
-            let config = variant.config(backend.render(listen, admin)?, &table, &|n| backend.address(n), backend.router_port)?;
-            let envoy = backend.envoy(&format!("{}-{gvrs}", variant.name()), &config, listen, admin, 1, variant.uses_wasm()).await?;
+            let config = variant.config(backend.render(listen, admin, variant.filter_build())?, &table, &|n| backend.address(n), backend.router_port)?;
+            let envoy = backend.envoy(&format!("{}-{gvrs}", variant.name()), &config, listen, admin, 1, variant.loads_table()).await?;
             let url = format!("http://127.0.0.1:{listen}{}", table.routed_path());
             check_routing(&http, &url, variant.routes().then_some(capable.as_slice()))
                 .await
@@ -206,7 +206,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
     }
     let mut variants_out = Vec::new();
     for d in &doors {
-        if d.variant.uses_wasm() && d.gvrs == 5000 {
+        if d.variant.loads_table() && d.gvrs == 5000 {
             let bytes = backends.first().map(|(b, ..)| b).map(|b| b.stat(d.admin, VM_MEMORY_STAT));
             let bytes = match bytes {
                 Some(f) => f.await.unwrap_or(0),
@@ -272,7 +272,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let mut listens = Vec::new();
         for (name, long_poll) in [("propagation", true), ("propagation-polling", false)] {
             let (listen, admin) = two_ports();
-            let mut config = Variant::Wasm.config(backend.render(listen, admin)?, table, &|n| backend.address(n), backend.router_port)?;
+            let mut config = Variant::Wasm.config(backend.render(listen, admin, FilterBuild::Wasm)?, table, &|n| backend.address(n), backend.router_port)?;
             if !long_poll {
                 variants::poll_tables(&mut config)?;
             }

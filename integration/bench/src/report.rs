@@ -67,6 +67,9 @@ pub fn finish(r: &mut Results) {
     target("(3)/(2) throughput ≥ 0.98", "throughput (3)/(2) wasm 5000/wasm 50", Some("(3)/(2)"), &|m| m >= 0.98);
     target("(2) ≥ 1.10 × (4) throughput", "throughput (2)/(4) wasm/lua", Some("(2)/(4)"), &|m| m >= 1.10);
     target("(2) CPU per request < (4)'s", "cpu per request (2)/(4) wasm/lua", Some("cpu (2)/(4)"), &|m| m < 1.0);
+    target("(9)/(1) native throughput ≥ 0.95", "", Some("(9)/(1) native"), &|m| m >= 0.95);
+    target("(10)/(9) native throughput ≥ 0.98", "", Some("(10)/(9) native 5000/native 50"), &|m| m >= 0.98);
+    target("(9) ≥ 1.15 × (4) throughput", "", Some("(9)/(4) native/lua"), &|m| m >= 1.15);
     target("(2) ≥ 1.5× (5) throughput", "throughput (2)/(5) wasm/ext-proc", None, &|m| m >= 1.5);
     if let (Some(n), Some(w), Some(e)) = (none, wasm, extproc) {
         let added = |v: &VariantResult| (v.latency.p50_ms - n.latency.p50_ms).max(0.0);
@@ -169,6 +172,10 @@ fn counted_ratios(r: &Results) -> BTreeMap<String, f64> {
     put("(2)/(4) routing floor", ir(4), ir(7));
     put("(8)/(7) Lua routing floor over proxy-wasm's", ir(8), ir(7));
     put("(2)/(7) the filter over its routing floor", ir(7), ir(2));
+    put("(9)/(1) native", ir(1), ir(9));
+    put("(10)/(9) native 5000/native 50", ir(9), ir(10));
+    put("(9)/(4) native/lua", ir(4), ir(9));
+    put("(9)/(2) native/wasm", ir(2), ir(9));
     out
 }
 

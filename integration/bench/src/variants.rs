@@ -29,6 +29,10 @@ pub enum Variant {
     RoutingFloor,
     /// (8) the same in Lua. Counted only.
     LuaRoutingFloor,
+    /// (9)/(10) the same routing as (2)/(3), built as an Envoy dynamic
+    /// module (`native-filter/`, `envoy-config --filter native`). Counted
+    /// only.
+    Native,
 }
 
 impl Variant {
@@ -39,7 +43,12 @@ impl Variant {
     /// The doors counted under callgrind: all but (5), whose cost is
     /// mostly its ext_proc server's, and the two routing floors.
     pub fn counted() -> Vec<Variant> {
-        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::WasmFloor, Variant::RoutingFloor, Variant::LuaRoutingFloor]
+        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::WasmFloor, Variant::RoutingFloor, Variant::LuaRoutingFloor, Variant::Native]
+    }
+
+    /// The doors counted on the 5,000-GVR table: both builds of the filter.
+    pub fn counted_large_table() -> Vec<Variant> {
+        vec![Variant::Wasm, Variant::Native]
     }
 
     pub fn large_table() -> Vec<Variant> {
@@ -55,6 +64,7 @@ impl Variant {
             Variant::WasmFloor => "wasm-floor",
             Variant::RoutingFloor => "routing-floor",
             Variant::LuaRoutingFloor => "lua-routing-floor",
+            Variant::Native => "native",
         }
     }
 
@@ -67,6 +77,7 @@ impl Variant {
             Variant::WasmFloor => "Envoy + the same wasm module doing nothing (floor)",
             Variant::RoutingFloor => "Envoy + a proxy-wasm module that reads :path and writes a fixed route header (routing floor)",
             Variant::LuaRoutingFloor => "Envoy + a Lua filter that reads :path and writes a fixed route header (Lua routing floor)",
+            Variant::Native => "Envoy + mvp filter as a native dynamic module",
         }
     }
 
@@ -82,11 +93,23 @@ impl Variant {
             (Variant::WasmFloor, _) => 6,
             (Variant::RoutingFloor, _) => 7,
             (Variant::LuaRoutingFloor, _) => 8,
+            (Variant::Native, false) => 9,
+            (Variant::Native, true) => 10,
         }
     }
 
-    pub fn uses_wasm(&self) -> bool {
-        *self == Variant::Wasm
+    /// Whether the door loads the routing table (its Envoy is ready once
+    /// the refresher announced one).
+    pub fn loads_table(&self) -> bool {
+        matches!(self, Variant::Wasm | Variant::Native)
+    }
+
+    /// The filter build its bootstrap is rendered with.
+    pub fn filter_build(&self) -> integration::harness::FilterBuild {
+        match self {
+            Variant::Native => integration::harness::FilterBuild::Native,
+            _ => integration::harness::FilterBuild::Wasm,
+        }
     }
 
     pub fn uses_ext_proc(&self) -> bool {
@@ -108,7 +131,7 @@ impl Variant {
                 remove_filter(hcm, "mvp.route");
                 remove_ext_proc(hcm);
             }
-            Variant::Wasm => remove_ext_proc(hcm),
+            Variant::Wasm | Variant::Native => remove_ext_proc(hcm),
             Variant::WasmFloor => {
                 remove_ext_proc(hcm);
                 let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;

@@ -33,6 +33,7 @@ pub use secure::tls_client_config;
 pub use process::{Proc, free_ports, wait_for};
 pub use served::{ServedResource, served_resources};
 pub use tools::{
-    decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, python, routing_floor_wasm, wasm_file, workspace_root,
+    FilterBuild, decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, native_module_file, python, routing_floor_wasm, wasm_file,
+    workspace_root,
 };
 pub use topology::{Ports, Topology, edit_http_filters, plain_round_robin, plain_round_robin_bypassing_kube_mvp};

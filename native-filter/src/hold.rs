@@ -1,0 +1,202 @@
+//! Holding a request the table can only answer with the 503 Status, the
+//! native way: the same promise as the proxy-wasm filter's `hold.rs` (at
+//! most `max_ms` per request, then the 503 it would have had; at most
+//! `max_held` per worker, beyond that the 503 at once), without a call of
+//! its own. The refresher's `GetTable` long poll already brings every new
+//! table to this process the moment mvp-ext-proc publishes it, so a held
+//! request waits for the process's table to move past the version it was
+//! refused by, or for its deadline, whichever comes first — and is then
+//! routed again on its worker.
+//!
+//! Who does what:
+//! - a worker parks the request (`StopAllIterationAndWatermark`, so its
+//!   body waits too), gives it a scheduler (Envoy's, bound to the stream:
+//!   an event for a stream that is gone is dropped), lists a [`Waiter`]
+//!   process-wide and tells the main thread;
+//! - the main thread (the refresher's bootstrap extension) wakes every
+//!   waiter that is due — after each table it publishes, and by its hold
+//!   timer at the earliest deadline — by committing an event to its
+//!   scheduler;
+//! - the worker, on that event, routes the request again by the newest
+//!   table and lets it go on (or parks it again while time remains).
+//!
+//! A scheduler is deleted by the worker only, after taking it out of its
+//! waiter under the waiter's lock — the lock the main thread commits
+//! under — so a commit never meets a deleted scheduler.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use crate::abi;
+use crate::process;
+
+/// The one event a held request's scheduler carries: "look again".
+pub const WAKE: u64 = 1;
+/// The event a worker sends the main thread: a request was held.
+pub const HELD: u64 = 1;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only a panic elsewhere poisons these: their contents stay whole.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Milliseconds on a clock every thread of the process shares.
+pub fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(START.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A held request as the main thread sees it.
+pub struct Waiter {
+    /// Its stream's scheduler (as an address); `None` once the worker took
+    /// it back (the request went on, or its stream ended).
+    scheduler: Mutex<Option<usize>>,
+    /// The table version the request was refused by.
+    seen: u64,
+    deadline_ms: u64,
+}
+
+impl Waiter {
+    fn take(&self) -> Option<usize> {
+        lock(&self.scheduler).take()
+    }
+}
+
+static WAITERS: Mutex<Vec<Arc<Waiter>>> = Mutex::new(Vec::new());
+
+/// The main thread's scheduler (the refresher's bootstrap extension), as
+/// an address; 0 without a running refresher — and then nothing is held,
+/// since nothing would wake it.
+static MAIN: Mutex<usize> = Mutex::new(0);
+
+pub fn set_main(scheduler: *mut c_void) {
+    *lock(&MAIN) = scheduler as usize;
+}
+
+/// The refresher is going: no new holds; the held ones are woken (and,
+/// with no newer table, get their 503 on their worker).
+pub fn clear_main() {
+    let old = std::mem::take(&mut *lock(&MAIN));
+    if old != 0 {
+        unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(old as *mut c_void) };
+    }
+    for w in std::mem::take(&mut *lock(&WAITERS)) {
+        commit(&w);
+    }
+}
+
+fn commit(w: &Waiter) {
+    let s = lock(&w.scheduler);
+    if let Some(s) = *s {
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(s as *mut c_void, WAKE) };
+    }
+}
+
+/// Main thread: wakes every waiter whose table moved on or whose deadline
+/// passed; the milliseconds until the earliest remaining deadline.
+pub fn wake_due() -> Option<u64> {
+    let now = now_ms();
+    let version = process::version();
+    let mut list = lock(&WAITERS);
+    list.retain(|w| {
+        let due = w.seen != version || now >= w.deadline_ms;
+        if due {
+            commit(w);
+        }
+        // One the worker took back needs no wake either.
+        !due && lock(&w.scheduler).is_some()
+    });
+    list.iter().map(|w| w.deadline_ms.saturating_sub(now)).min()
+}
+
+/// A request this worker holds.
+struct Parked {
+    filter: usize,
+    since_ms: u64,
+    deadline_ms: u64,
+    waiter: Arc<Waiter>,
+}
+
+thread_local! {
+    static PARKED: RefCell<Vec<Parked>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How long a request was held, once it goes on.
+#[derive(Debug, Clone, Copy)]
+pub struct Released {
+    pub since_ms: u64,
+    pub deadline_ms: u64,
+}
+
+/// Parks the request of `filter` until a table newer than `seen` or
+/// `deadline_ms`. False when it cannot (no refresher to wake it, the
+/// worker holds `max_held` already, Envoy gave no scheduler): the caller
+/// answers now.
+pub fn park(filter: abi::EnvoyPtr, seen: u64, since_ms: u64, deadline_ms: u64, max_held: usize) -> bool {
+    let main = *lock(&MAIN);
+    if main == 0 {
+        return false;
+    }
+    forget_ended(since_ms);
+    let room = PARKED.with(|p| p.try_borrow().is_ok_and(|p| p.len() < max_held));
+    if !room {
+        return false;
+    }
+    let scheduler = unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(filter) };
+    if scheduler.is_null() {
+        return false;
+    }
+    let waiter = Arc::new(Waiter { scheduler: Mutex::new(Some(scheduler as usize)), seen, deadline_ms });
+    let parked = Parked { filter: filter as usize, since_ms, deadline_ms, waiter: waiter.clone() };
+    if PARKED.with(|p| p.try_borrow_mut().map(|mut p| p.push(parked)).is_err()) {
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
+        return false;
+    }
+    lock(&WAITERS).push(waiter);
+    // Under MAIN's lock: `clear_main` cannot delete it meanwhile.
+    let main = lock(&MAIN);
+    if *main != 0 {
+        unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(*main as *mut c_void, HELD) };
+    }
+    true
+}
+
+/// How long past its deadline a parked request can only be a stream that
+/// ended without the stream-end hook reaching us: the main thread wakes
+/// every request at its deadline.
+const ENDED_AFTER_MS: u64 = 10_000;
+
+/// Drops parked requests long past their deadline, so they hold no room.
+fn forget_ended(now: u64) {
+    PARKED.with(|p| {
+        let Ok(mut p) = p.try_borrow_mut() else { return };
+        p.retain(|x| {
+            let ended = now > x.deadline_ms.saturating_add(ENDED_AFTER_MS);
+            if ended && let Some(s) = x.waiter.take() {
+                unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(s as *mut c_void) };
+            }
+            !ended
+        });
+    });
+}
+
+/// The worker's side of a wake (or of the stream's end): the request of
+/// `filter` is no longer parked; when it was, how long it has been.
+pub fn unpark(filter: abi::EnvoyPtr) -> Option<Released> {
+    let parked = PARKED.with(|p| {
+        let mut p = p.try_borrow_mut().ok()?;
+        let i = p.iter().position(|x| x.filter == filter as usize)?;
+        Some(p.swap_remove(i))
+    })?;
+    if let Some(s) = parked.waiter.take() {
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(s as *mut c_void) };
+    }
+    Some(Released { since_ms: parked.since_ms, deadline_ms: parked.deadline_ms })
+}
+
+/// Whether this worker parks any request (the stream-end hook's fast path).
+pub fn any_parked() -> bool {
+    PARKED.with(|p| p.try_borrow().is_ok_and(|p| !p.is_empty()))
+}
