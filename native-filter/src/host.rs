@@ -3,11 +3,14 @@
 //! bootstrap configuration and the answer to its call).
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mvp_contract::headers::{ENVOY_MAX_RETRIES, PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::limits::MAX_LISTED_APISERVERS;
+use mvp_contract::shared_data::TABLE_KEY;
 use mvp_wasm_filter::host::{Counter, Gauge, Host, HostError, LogLevel};
+use mvp_wasm_filter::table::RouteTable;
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
 use crate::process;
@@ -173,9 +176,18 @@ impl Host for NativeHost<'_> {
         Ok(process::get(key))
     }
 
+    /// The refresher publishing the table also decodes it, once for every
+    /// worker (before the version is announced: `shared_table::publish`).
     fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        if key == TABLE_KEY {
+            process::set_decoded(RouteTable::decode(value).ok());
+        }
         process::set(key, value);
         Ok(())
+    }
+
+    fn decoded_table(&self) -> Option<Arc<RouteTable>> {
+        process::decoded()
     }
 
     /// The refresher's `GetTable` call (a bootstrap callout; its answer

@@ -1,12 +1,15 @@
 //! What the whole Envoy process shares: the table the refresher published
 //! (the same keys and order as proxy-wasm shared data,
-//! `mvp_contract::shared_data`) and its announced version. One copy per
+//! `mvp_contract::shared_data`), that table decoded once, and its
+//! announced version. One copy per
 //! process: Envoy `dlopen`s this `.so` once for the bootstrap extension and
 //! every filter configuration (same path, same handle), so these statics are
 //! the same for the refresher on the main thread and every worker.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use mvp_wasm_filter::table::RouteTable;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static SHARED: Mutex<BTreeMap<String, Vec<u8>>> = Mutex::new(BTreeMap::new());
@@ -22,6 +25,20 @@ pub fn get(key: &str) -> Option<Vec<u8>> {
 
 pub fn set(key: &str, value: &[u8]) {
     SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.to_string(), value.to_vec());
+}
+
+/// The published table, decoded once (by the refresher, as it publishes)
+/// for every worker; `None` when the published bytes did not decode, so
+/// each worker decodes them itself and reports the error as the wasm
+/// build's workers do.
+static DECODED: Mutex<Option<Arc<RouteTable>>> = Mutex::new(None);
+
+pub fn decoded() -> Option<Arc<RouteTable>> {
+    DECODED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+pub fn set_decoded(table: Option<RouteTable>) {
+    *DECODED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = table.map(Arc::new);
 }
 
 pub fn version() -> u64 {

@@ -104,6 +104,12 @@ pub trait Host {
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError>;
 
     fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError>;
+    /// The published table, decoded once for every worker of the process,
+    /// where the host shares memory between them (the native build);
+    /// proxy-wasm VMs share only bytes, so each worker decodes its copy.
+    fn decoded_table(&self) -> Option<std::sync::Arc<crate::table::RouteTable>> {
+        None
+    }
     fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError>;
 
     /// An HTTP call; its token. The host makes it on the root context,

@@ -42,6 +42,8 @@ pub struct FakeHost {
     /// Contexts let go on, in order.
     pub continued: RefCell<Vec<u32>>,
     pub now: std::cell::Cell<u64>,
+    /// A table decoded once for the process (the native build's host).
+    pub decoded: Option<std::sync::Arc<crate::table::RouteTable>>,
 }
 
 impl FakeHost {
@@ -117,6 +119,10 @@ impl Host for FakeHost {
 
     fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError> {
         Ok(self.shared.borrow().get(key).cloned())
+    }
+
+    fn decoded_table(&self) -> Option<std::sync::Arc<crate::table::RouteTable>> {
+        self.decoded.clone()
     }
 
     fn set_shared_data(&self, key: &str, value: &[u8]) -> Result<(), HostError> {

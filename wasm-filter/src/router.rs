@@ -6,7 +6,7 @@
 //! Host-independent: the adapter hands it a [`Host`].
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use mvp_contract::envoy::{HELD_PROPERTY, ROUTE_KEY_PROPERTY};
 use mvp_contract::plugin::{IdentityConfig, RouterConfig};
@@ -40,7 +40,7 @@ pub struct Router {
     holds: Option<Holds>,
     /// The newest table a hold call brought, decoded once, until the
     /// worker loads one the refresher published.
-    answered: RefCell<Option<Rc<RouteTable>>>,
+    answered: RefCell<Option<Arc<RouteTable>>>,
     /// Spreads pinned requests over the capable apiservers.
     counter: Cell<u32>,
     /// Rerouted requests not yet added to the metric: flushed every
@@ -164,7 +164,7 @@ impl Router {
     /// back to a version this worker holds while it is idle (a server
     /// restarted, read, killed again): it then loads nothing, and only the
     /// server's answer says the kept table is no longer the newest.
-    fn newest_table<H: Host>(&self, host: &H, asked_with: u64, answer: &Result<Answer, get_table::GetTableError>) -> Rc<RouteTable> {
+    fn newest_table<H: Host>(&self, host: &H, asked_with: u64, answer: &Result<Answer, get_table::GetTableError>) -> Arc<RouteTable> {
         let Ok(mut answered) = self.answered.try_borrow_mut() else { return self.table.current() };
         let base = answered.clone().unwrap_or_else(|| self.table.current());
         let t = match answer {
@@ -180,7 +180,7 @@ impl Router {
         }
         match RouteTable::decode(&t.encoded) {
             Ok(a) => {
-                let a = Rc::new(a);
+                let a = Arc::new(a);
                 *answered = Some(a.clone());
                 a
             }

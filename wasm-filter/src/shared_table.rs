@@ -3,7 +3,7 @@
 //! `mvp_contract::shared_data`.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use mvp_contract::shared_data::{TABLE_KEY, VERSION_KEY, decode_version, encode_version};
 
@@ -36,14 +36,14 @@ pub enum Load {
 /// A worker's table: decoded and indexed once per published version.
 #[derive(Default)]
 pub struct WorkerTable {
-    current: RefCell<Rc<RouteTable>>,
+    current: RefCell<Arc<RouteTable>>,
     /// The announced version last acted on (loaded, or rejected: a bad
     /// table is read once per announcement, not once per request).
     acted_on: Cell<u64>,
 }
 
 impl WorkerTable {
-    pub fn current(&self) -> Rc<RouteTable> {
+    pub fn current(&self) -> Arc<RouteTable> {
         self.current.borrow().clone()
     }
 
@@ -65,13 +65,23 @@ impl WorkerTable {
         if announced == 0 || announced == self.acted_on.get() {
             return Load::Unchanged;
         }
+        // Decoded once for the whole process where the host can (the
+        // native build); a table it holds that this worker already acted
+        // on is no news, and the worker decodes the published bytes itself.
+        if let Some(t) = host.decoded_table()
+            && t.version() != self.acted_on.get()
+        {
+            self.acted_on.set(t.version());
+            *self.current.borrow_mut() = t;
+            return Load::Loaded;
+        }
         match host.shared_data(TABLE_KEY) {
             Ok(Some(bytes)) => match RouteTable::decode(&bytes) {
                 Ok(t) => {
                     // The table may be newer than the announcement read a
                     // moment before; its own version is what was acted on.
                     self.acted_on.set(t.version());
-                    *self.current.borrow_mut() = Rc::new(t);
+                    *self.current.borrow_mut() = Arc::new(t);
                     Load::Loaded
                 }
                 Err(e) => {

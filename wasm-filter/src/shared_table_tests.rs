@@ -102,3 +102,20 @@ fn a_failed_publish_leaves_the_version_unannounced() {
     assert!(refresher.shared.borrow().is_empty());
     assert_eq!(refresher.gauge_value(Gauge::TableVersion), 0, "nothing announced");
 }
+
+#[test]
+fn a_table_the_host_decoded_for_the_process_is_used_as_it_is() {
+    let refresher = FakeHost::default();
+    // Bytes that do not decode: a worker that read them would reject them.
+    publish(&refresher, &NewTable { version: 7, encoded: b"\xff\xff".to_vec() }).unwrap();
+    let decoded = std::sync::Arc::new(crate::table::RouteTable::decode(&sample().encode_to_vec()).unwrap());
+    let worker = FakeHost { decoded: Some(decoded.clone()), ..refresher.sibling() };
+    let table = WorkerTable::default();
+    assert!(matches!(table.load_published(&worker), Load::Loaded));
+    assert!(std::sync::Arc::ptr_eq(&table.current(), &decoded), "the process's copy, not a worker's own");
+    // Announced again while the host holds the same table: no news, and the
+    // worker falls back to the bytes (here rejected) rather than looping.
+    publish(&refresher, &NewTable { version: 8, encoded: b"\xff\xff".to_vec() }).unwrap();
+    assert!(matches!(table.load_published(&worker), Load::Rejected(_)));
+    assert!(matches!(table.load_published(&worker), Load::Unchanged));
+}
