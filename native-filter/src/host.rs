@@ -92,6 +92,14 @@ impl<'a> NativeHost<'a> {
         ok.then_some(()).ok_or(HostError(SET_HEADER))
     }
 
+    /// Adds a header no client request carries (Envoy's early header
+    /// mutation strips each of these): no search for one to replace.
+    fn append_header(&self, name: &str, value: &str) -> Result<(), HostError> {
+        let filter = self.request()?;
+        let ok = unsafe { abi::envoy_dynamic_module_callback_http_add_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };
+        ok.then_some(()).ok_or(HostError(ADD_HEADER))
+    }
+
     fn request(&self) -> Result<EnvoyPtr, HostError> {
         match self.target {
             Target::Request { filter, .. } => Ok(filter),
@@ -151,9 +159,9 @@ impl Host for NativeHost<'_> {
         }
         let listed = hosts.bytes().filter(|b| *b == b',').count();
         let retries = RETRIES.get(listed).copied().unwrap_or("0");
-        self.write_header(header, hosts)?;
-        self.write_header(PEER_PROXIED, "true")?;
-        self.write_header(ENVOY_MAX_RETRIES, retries)
+        self.append_header(header, hosts)?;
+        self.append_header(PEER_PROXIED, "true")?;
+        self.append_header(ENVOY_MAX_RETRIES, retries)
     }
 
     /// Filter state under the key proxy-wasm gives a property (`wasm.` and
