@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use mvp_contract::envoy::HELD_PROPERTY;
 use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
 use mvp_wasm_filter::host::{Counter, Host, LogLevel};
-use mvp_wasm_filter::router::{Action, Router};
+use mvp_wasm_filter::router::Router;
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
 use crate::host::{CounterIds, NativeHost, Target};
-use crate::{hold, process};
+use crate::hold;
 
 /// One HTTP filter configuration (main thread creates and drops it;
 /// workers read it).
@@ -87,12 +87,12 @@ impl FilterConfig {
     pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
         let mut host = self.host(filter);
         host.set_holding(self.hold.is_some());
-        self.with_router(&host, Action::Continue, |router| {
-            let action = router.on_request_headers(&host, 0);
+        let seen = self.with_router(&host, 0, |router| {
+            router.on_request_headers(&host, 0);
             router.flush(&host);
-            action
+            router.acted_on()
         });
-        self.finish(&host, filter, None)
+        self.finish(&host, filter, seen, None)
     }
 
     /// A held request's wake: route it again by the newest table.
@@ -100,16 +100,22 @@ impl FilterConfig {
         let Some(held) = hold::unpark(filter) else { return };
         let mut host = self.host(filter);
         host.set_holding(hold::now_ms() < held.deadline_ms);
-        self.with_router(&host, (), |router| router.reroute(&host));
-        if self.finish(&host, filter, Some(held)) == abi::HEADERS_CONTINUE {
+        let seen = self.with_router(&host, 0, |router| {
+            router.reroute(&host);
+            router.flush(&host);
+            router.acted_on()
+        });
+        if self.finish(&host, filter, seen, Some(held)) == abi::HEADERS_CONTINUE {
             unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(filter) };
         }
     }
 
     /// After routing: parks a request the table answered with the 503
     /// while it may wait, or writes that answer; the status for Envoy.
-    /// `held`: since when and until when it was held already, if it was.
-    fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, held: Option<hold::Released>) -> u32 {
+    /// `seen`: the table version the decision was made with (a table
+    /// published meanwhile wakes the request at once); `held`: since when
+    /// and until when it was held already, if it was.
+    fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, seen: u64, held: Option<hold::Released>) -> u32 {
         let answer = host.unavailable();
         let was_held = held.is_some();
         if let Some(answer) = answer
@@ -120,7 +126,7 @@ impl FilterConfig {
                 let now = hold::now_ms();
                 hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))) }
             });
-            if hold::park(filter, process::version(), span.since_ms, span.deadline_ms, max_held) {
+            if hold::park(filter, seen, span.since_ms, span.deadline_ms, max_held) {
                 if !was_held {
                     host.count(Counter::Held, 1);
                 }

@@ -97,6 +97,13 @@ impl Router {
         Action::Continue
     }
 
+    /// The published version this worker last acted on (the table its
+    /// decisions use, or a newer one it rejected): what a held request
+    /// waits to see replaced.
+    pub fn acted_on(&self) -> u64 {
+        self.table.acted_on()
+    }
+
     /// Routes the current request again by the worker's newest table: the
     /// native build's hold (`native-filter/src/hold.rs`), whose requests
     /// wait for the process's table instead of a call of the worker's own.

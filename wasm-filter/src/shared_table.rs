@@ -47,6 +47,12 @@ impl WorkerTable {
         self.current.borrow().clone()
     }
 
+    /// The announced version last acted on: the table in use, or one
+    /// rejected since.
+    pub fn acted_on(&self) -> u64 {
+        self.acted_on.get()
+    }
+
     /// One gauge read per call (the shared-data version where the gauge
     /// cannot be read or reads 0); the table itself is copied and decoded
     /// only when a version not yet acted on is announced.
