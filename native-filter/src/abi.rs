@@ -3,9 +3,9 @@
 //! not in the crate registry, and its bindgen build needs Envoy's tree).
 //! Envoy 1.40 speaks ABI `v0.2.0`; Envoy only compares the string a module
 //! returns from `envoy_dynamic_module_on_program_init` (a mismatch is a
-//! warning), so what keeps these declarations right is the test that loads
-//! this `.so` into the project's Envoy and routes through it
-//! (`integration/tests/native_filter.rs`). Every callback used is resolved
+//! warning), so what keeps these declarations right is that every
+//! end-to-end suite runs with this `.so` loaded into the project's Envoy
+//! (`MVP_FILTER=native` in `scripts/test.sh`). Every callback used is resolved
 //! by the dynamic linker when Envoy `dlopen`s the module: a name Envoy does
 //! not export fails the load with the name in the error, not a crash later.
 
