@@ -109,8 +109,13 @@ impl Router {
     /// wait for the process's table instead of a call of the worker's own.
     pub fn reroute<H: Host>(&self, host: &H) {
         self.load_table(host);
+        self.pin_by(host, &self.table.current());
+    }
+
+    /// Pins the current request as `table` routes its path.
+    fn pin_by<H: Host>(&self, host: &H, table: &RouteTable) {
         if let Some(path) = request_path(host) {
-            self.pin(host, &route::route(&self.table.current(), &DecodedPath::parse(&path)).1);
+            self.pin(host, &route::route(table, &DecodedPath::parse(&path)).1);
         }
     }
 
@@ -153,9 +158,7 @@ impl Router {
 
     /// Lets a held request (the current context) go on, routed by `table`.
     fn release<H: Host>(&self, host: &H, h: Held, table: &RouteTable, unavailable: bool) {
-        if let Some(path) = request_path(host) {
-            self.pin(host, &route::route(table, &DecodedPath::parse(&path)).1);
-        }
+        self.pin_by(host, table);
         self.held_for(host, h, unavailable);
         if let Err(e) = host.continue_request() {
             host.log(LogLevel::Warn, &format!("mvp router: resuming a held request: {e}"));
