@@ -2,7 +2,8 @@
 //! refers to.
 
 /// The cluster of apiservers, with the override-host load balancer that
-/// reads [`crate::headers::ROUTE`]. Upstream TLS presents no client
+/// reads [`crate::headers::ROUTE`] (the native build's own balancer for an
+/// Envoy that runs it: [`NATIVE_LB_NAME`]). Upstream TLS presents no client
 /// certificate: requests authenticate with their own credentials (tokens)
 /// or none (anonymous), as if they went to the apiserver directly.
 pub const APISERVERS_CLUSTER: &str = "apiservers";
@@ -59,6 +60,24 @@ pub const ROUTE_KEY_PROPERTY: &str = "mvp_route_key";
 /// The same property as Envoy's access log reads it (`%FILTER_STATE(…)%`):
 /// Envoy stores a wasm property under `wasm.` + its name.
 pub const ROUTE_KEY_FILTER_STATE: &str = "wasm.mvp_route_key";
+
+/// The native build's record of the apiservers a pinned request lists
+/// (what the wasm build's route header carries, which the native build
+/// does not write): for the access log's `route`. Only with the access log
+/// on.
+pub const LISTED_PROPERTY: &str = "mvp_listed";
+pub const LISTED_FILTER_STATE: &str = "wasm.mvp_listed";
+
+/// The native build's load balancer for the apiserver clusters (its
+/// `lb_policy_name`), served over CDS to an Envoy whose node metadata names
+/// the module ([`NODE_NATIVE_MODULE`]).
+pub const NATIVE_LB_NAME: &str = "apiservers";
+
+/// The node metadata key in which the native build's bootstrap tells
+/// mvp-ext-proc the module's path: its clusters then get the module's load
+/// balancer instead of the override-host policy the wasm build's route
+/// header drives.
+pub const NODE_NATIVE_MODULE: &str = "mvp_native_module";
 
 /// The request property the filter sets on a request it held (see
 /// `RouterConfig::hold`): milliseconds held, then how it ended — `routed`

@@ -3,7 +3,8 @@
 /// Set by the filter to the `IP:port` list of the apiservers that serve the
 /// request; read by the apiservers cluster's override-host policy. Envoy's
 /// early header mutation strips it from every client request, so only the
-/// filter can set it.
+/// filter can set it. The native build writes it only for the unavailable
+/// answers (it pins by override host: `native-filter/src/lb.rs`).
 pub const ROUTE: &str = "x-mvp-route";
 
 /// The [`ROUTE`] value for a request only closed apiservers serve (draining,
@@ -26,12 +27,6 @@ pub const UNAVAILABLE_DOCUMENT: &str = "unavailable-document";
 /// peer again. Envoy's route table adds it to requests the filter pinned;
 /// clients cannot send it (stripped like [`ROUTE`]).
 pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
-
-/// Envoy's router reads it as the request's retry count, over the matched
-/// route's. The native filter pins without matching the route again, so it
-/// caps retries itself with it (listed apiservers − 1), as the pinned
-/// routes do for the wasm build. Clients' copies are stripped (`x-envoy-`).
-pub const ENVOY_MAX_RETRIES: &str = "x-envoy-max-retries";
 
 /// On every answer mvp-ext-proc gave for a merged document (`/apis`, the
 /// OpenAPI documents): what it did (`merged`, `not_modified`,

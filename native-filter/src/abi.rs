@@ -97,6 +97,10 @@ unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_http_set_header(filter: EnvoyPtr, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_add_header(filter: EnvoyPtr, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter: EnvoyPtr);
+    // The router's first attempt goes to this host when it is a member
+    // (Envoy accepts only an IP address and port); retries ask the load
+    // balancer, which sees it no more.
+    pub fn envoy_dynamic_module_callback_http_set_upstream_override_host(filter: EnvoyPtr, host: ModuleBuffer, strict: bool) -> bool;
     pub fn envoy_dynamic_module_callback_http_set_filter_state_bytes(filter: EnvoyPtr, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(filter: EnvoyPtr, attribute: u32, result: *mut EnvoyBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_increment_counter(filter: EnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_length: usize, value: u64) -> u32;
@@ -111,6 +115,15 @@ unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(config: EnvoyPtr, name: ModuleBuffer, label_names: *mut ModuleBuffer, label_names_length: usize, id: *mut usize) -> u32;
 
     // The bootstrap extension (main thread): the refresher.
+    // The load balancer (a worker's, for one cluster): it picks among the
+    // cluster's healthy hosts, by index.
+    pub fn envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb: EnvoyPtr, priority: u32) -> usize;
+    pub fn envoy_dynamic_module_callback_lb_get_healthy_host_address(lb: EnvoyPtr, priority: u32, index: usize, result: *mut EnvoyBuffer) -> bool;
+    pub fn envoy_dynamic_module_callback_lb_context_get_override_host(context: EnvoyPtr, result: *mut EnvoyBuffer, strict: *mut bool) -> bool;
+    pub fn envoy_dynamic_module_callback_lb_context_get_downstream_header(context: EnvoyPtr, key: ModuleBuffer, result: *mut EnvoyBuffer, index: usize, optional_size: *mut usize) -> bool;
+    pub fn envoy_dynamic_module_callback_lb_context_should_select_another_host(lb: EnvoyPtr, context: EnvoyPtr, priority: u32, index: usize) -> bool;
+    pub fn envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context: EnvoyPtr) -> u32;
+
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(config: EnvoyPtr);
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(config: EnvoyPtr) -> *mut c_void;
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(scheduler: *mut c_void, event_id: u64);

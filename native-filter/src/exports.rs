@@ -9,9 +9,12 @@
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use mvp_contract::envoy::NATIVE_LB_NAME;
+
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModulePtr};
 use crate::filter::FilterConfig;
 use crate::hold;
+use crate::lb::Lb;
 use crate::refresher::RefresherExtension;
 
 fn guard<R>(fallback: R, f: impl FnOnce() -> R) -> R {
@@ -235,3 +238,62 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(_e
         unsafe { done(context) };
     }
 }
+
+// --------------------------------------------------------- load balancer
+
+/// The load balancer's configuration holds nothing: its module pointer
+/// only has to be non-null.
+static LB_CONFIG: u8 = 0;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_lb_config_new(_config: EnvoyPtr, name: EnvoyBuffer, _value: EnvoyBuffer) -> ModulePtr {
+    guard(std::ptr::null(), || {
+        let name = unsafe { bytes(name) };
+        if name == NATIVE_LB_NAME.as_bytes() {
+            &LB_CONFIG as *const u8 as ModulePtr
+        } else {
+            abi::log(abi::LOG_WARN, &format!("mvp load balancer: configuration rejected: no policy {:?} (this module has {NATIVE_LB_NAME:?})", String::from_utf8_lossy(name)));
+            std::ptr::null()
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_lb_config_destroy(_config: ModulePtr) {}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_lb_new(_config: ModulePtr, _lb: EnvoyPtr) -> ModulePtr {
+    guard(std::ptr::null(), || Box::into_raw(Box::new(Lb::new())) as ModulePtr)
+}
+
+/// No host on a panic: the request gets Envoy's 503, never a host the
+/// filter did not list.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_lb_choose_host(lb: EnvoyPtr, module: ModulePtr, context: EnvoyPtr, priority: *mut u32, index: *mut u32) -> bool {
+    guard(false, || {
+        let Some(balancer) = (unsafe { (module as *const Lb).as_ref() }) else { return false };
+        match balancer.choose(lb, context).and_then(|i| u32::try_from(i).ok()) {
+            Some(i) if !priority.is_null() && !index.is_null() => {
+                unsafe {
+                    *priority = 0;
+                    *index = i;
+                }
+                true
+            }
+            _ => false,
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_lb_destroy(module: ModulePtr) {
+    guard((), || {
+        if !module.is_null() {
+            drop(unsafe { Box::from_raw(module as *mut Lb) });
+        }
+    })
+}
+
+/// Hosts are looked up by address on every choice: nothing to update.
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_lb_on_host_membership_update(_lb: EnvoyPtr, _module: ModulePtr, _added: usize, _removed: usize) {}

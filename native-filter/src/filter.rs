@@ -76,7 +76,7 @@ impl FilterConfig {
     }
 
     fn host<'a>(&'a self, filter: EnvoyPtr) -> NativeHost<'a> {
-        NativeHost::new(Target::Request { filter, counters: &self.counters })
+        NativeHost::new(Target::Request { filter, counters: &self.counters, log_listed: self.router.export_route_key })
     }
 
     /// A request's headers: route it, then have Envoy match the route

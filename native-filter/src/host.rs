@@ -6,8 +6,8 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mvp_contract::headers::{ENVOY_MAX_RETRIES, PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
-use mvp_contract::limits::MAX_LISTED_APISERVERS;
+use mvp_contract::envoy::LISTED_PROPERTY;
+use mvp_contract::headers::{PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::shared_data::TABLE_KEY;
 use mvp_wasm_filter::host::{Counter, Gauge, Host, HostError, LogLevel};
 use mvp_wasm_filter::table::RouteTable;
@@ -22,6 +22,7 @@ const ADD_HEADER: u32 = 2;
 const SET_STATE: u32 = 3;
 const NOT_HERE: u32 = 4;
 const CALLOUT: u32 = 5;
+const OVERRIDE_HOST: u32 = 6;
 
 /// Envoy's ids for the counters (`None`: the definition was refused).
 pub type CounterIds = [Option<usize>; Counter::ALL.len()];
@@ -32,8 +33,9 @@ fn index(c: Counter) -> usize {
 
 /// Where host calls go.
 pub enum Target<'a> {
-    /// A request on a worker; counters defined by its filter configuration.
-    Request { filter: EnvoyPtr, counters: &'a CounterIds },
+    /// A request on a worker; counters defined by its filter configuration;
+    /// `log_listed`: the access log is on (it shows the listed apiservers).
+    Request { filter: EnvoyPtr, counters: &'a CounterIds, log_listed: bool },
     /// The refresher: its bootstrap configuration, counters and version
     /// gauge, and the answer of its call while it is read.
     Refresher { config: EnvoyPtr, counters: &'a CounterIds, version_gauge: Option<usize>, answer: Option<Answer<'a>> },
@@ -58,10 +60,6 @@ pub struct NativeHost<'a> {
     /// The route's answer was the 503 Status (which of the two).
     unavailable: Cell<Option<&'static str>>,
 }
-
-/// `x-envoy-max-retries` values: a pinned request retries at most its
-/// listed apiservers less one.
-const RETRIES: [&str; MAX_LISTED_APISERVERS] = ["0", "1", "2", "3", "4", "5", "6", "7"];
 
 impl<'a> NativeHost<'a> {
     pub fn new(target: Target<'a>) -> NativeHost<'a> {
@@ -136,18 +134,19 @@ impl Host for NativeHost<'_> {
         ok.then_some(()).ok_or(HostError(ADD_HEADER))
     }
 
-    /// Pins without matching the route again — the route match is most of
-    /// what routing by a header costs Envoy — by doing here what the wasm
-    /// build's pinned routes do: the route header for the override-host load
-    /// balancer (it reads the header when it picks a host, so ordered
-    /// fail-over over the list is the same), x-kubernetes-peer-proxied, and
-    /// retries capped at the listed apiservers less one. The route matched
-    /// before the filter is a default route, whose `retry_on` is already the
-    /// one for the request's method (the default routes split reads from
-    /// writes as the pinned ones do); only its count differs. The
-    /// unavailable answers are the route table's direct responses: matched
-    /// again (rare, and the price of one answer, not of routing) — or kept
-    /// back while the request may be held.
+    /// Pins without a header and without matching the route again — the
+    /// route header, its parsing by the override-host policy and the route
+    /// match are most of what routing by a header costs Envoy. The first
+    /// listed apiserver becomes the request's upstream override host (the
+    /// router's first attempt goes there); a retry asks the clusters' load
+    /// balancer, which is this module's (`lb.rs`): it walks the same list,
+    /// routed again from the path by the process's table, skipping the
+    /// apiservers already tried, and ends the retries when none is left —
+    /// what the wasm build's pinned routes (their retry count) and the
+    /// override-host policy do. x-kubernetes-peer-proxied is added as those
+    /// routes add it. The unavailable answers are the route table's direct
+    /// responses: matched again (rare, and the price of one answer, not of
+    /// routing) — or kept back while the request may be held.
     fn pin(&self, header: &str, hosts: &str) -> Result<(), HostError> {
         if hosts == UNAVAILABLE || hosts == UNAVAILABLE_DOCUMENT {
             let answer = if hosts == UNAVAILABLE { UNAVAILABLE } else { UNAVAILABLE_DOCUMENT };
@@ -155,13 +154,21 @@ impl Host for NativeHost<'_> {
             if self.holding {
                 return Ok(());
             }
+            if let Target::Request { log_listed: true, .. } = self.target {
+                self.set_property(LISTED_PROPERTY, answer.as_bytes())?;
+            }
             return self.set_request_header(header, answer);
         }
-        let listed = hosts.bytes().filter(|b| *b == b',').count();
-        let retries = RETRIES.get(listed).copied().unwrap_or("0");
-        self.append_header(header, hosts)?;
-        self.append_header(PEER_PROXIED, "true")?;
-        self.append_header(ENVOY_MAX_RETRIES, retries)
+        let Target::Request { filter, log_listed, .. } = self.target else { return Err(HostError(NOT_HERE)) };
+        let first = hosts.split(',').next().unwrap_or(hosts);
+        let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_upstream_override_host(filter, ModuleBuffer::of(first.as_bytes()), false) };
+        if !ok {
+            return Err(HostError(OVERRIDE_HOST));
+        }
+        if log_listed {
+            self.set_property(LISTED_PROPERTY, hosts.as_bytes())?;
+        }
+        self.append_header(PEER_PROXIED, "true")
     }
 
     /// Filter state under the key proxy-wasm gives a property (`wasm.` and
@@ -255,7 +262,7 @@ impl Host for NativeHost<'_> {
     fn count(&self, counter: Counter, n: i64) {
         let value = u64::try_from(n).unwrap_or(0);
         match &self.target {
-            Target::Request { filter, counters } => {
+            Target::Request { filter, counters, .. } => {
                 if let Some(Some(id)) = counters.get(index(counter)) {
                     unsafe { abi::envoy_dynamic_module_callback_http_filter_increment_counter(*filter, *id, std::ptr::null_mut(), 0, value) };
                 }

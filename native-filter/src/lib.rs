@@ -21,5 +21,6 @@ mod exports;
 mod filter;
 mod hold;
 mod host;
+mod lb;
 mod process;
 mod refresher;

@@ -1,12 +1,12 @@
 //! The HTTP connection manager: strips what clients must not send, then the
 //! filters and routes, and turns Envoy's own error replies into `metav1.Status`.
 
-use mvp_contract::envoy::{HELD_FILTER_STATE, ROUTE_KEY_FILTER_STATE};
+use mvp_contract::envoy::{HELD_FILTER_STATE, LISTED_FILTER_STATE, ROUTE_KEY_FILTER_STATE};
 use mvp_contract::headers::{ROUTE, STRIPPED, STRIPPED_PREFIXES};
 use mvp_contract::limits::RETRY_BODY_BUFFER_BYTES;
 use serde_json::{Value, json};
 
-use super::{EnvoyConfigOptions, filters, routes};
+use super::{EnvoyConfigOptions, FilterBuild, filters, routes};
 use crate::tls::RequestHeaderNames;
 
 /// HCM early header mutation: the route header, the peer-proxied loop guard
@@ -85,6 +85,11 @@ fn local_replies() -> Vec<Value> {
 /// front door verified a client certificate.
 fn access_log(o: &EnvoyConfigOptions) -> Value {
     let user = format!("%REQ({})%", o.requestheader.username_header());
+    // The native build lists them in filter state, not in the route header.
+    let listed = match o.filter {
+        FilterBuild::Wasm(_) => format!("%REQ({ROUTE})%"),
+        FilterBuild::Native(_) => format!("%FILTER_STATE({LISTED_FILTER_STATE}:PLAIN)%"),
+    };
     json!([{
         "name": "envoy.access_loggers.stdout",
         "typed_config": {
@@ -99,7 +104,7 @@ fn access_log(o: &EnvoyConfigOptions) -> Value {
                 "details": "%RESPONSE_CODE_DETAILS%",
                 "durationMs": "%DURATION%",
                 "upstream": "%UPSTREAM_HOST%",
-                "route": format!("%REQ({ROUTE})%"),
+                "route": listed,
                 "routedBy": format!("%FILTER_STATE({ROUTE_KEY_FILTER_STATE}:PLAIN)%"),
                 "held": format!("%FILTER_STATE({HELD_FILTER_STATE}:PLAIN)%"),
                 "user": user,

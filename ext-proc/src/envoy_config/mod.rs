@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER};
+use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER, NODE_NATIVE_MODULE};
 
 use crate::apiservers::ApiserverSpec;
 use crate::tls::{FrontTls, PeerTls, RequestHeaderNames};
@@ -141,7 +141,7 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     let replicas = o.ext_proc.iter().map(|a| ext_proc_address(a).ok_or_else(|| ConfigError::ExtProc(a.clone()))).collect::<Result<Vec<_>, _>>()?;
     let ext_proc_clusters = static_cluster::ext_proc(replicas)?;
     Ok(json!({
-        "node": {"id": "mvp-envoy", "cluster": "mvp-envoy"},
+        "node": node(&o.filter),
         "admin": {"address": socket_address(&o.admin.ip().to_string(), o.admin.port())},
         "bootstrap_extensions": [filters::refresher_extension(o)],
         "static_resources": {
@@ -175,6 +175,15 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
 }
 
 /// Optional parts are rendered as null; Envoy wants them absent.
+/// Envoy's node; the native build names its module in the metadata, so
+/// mvp-ext-proc serves it clusters with the module's load balancer.
+fn node(filter: &FilterBuild) -> Value {
+    match filter {
+        FilterBuild::Wasm(_) => json!({"id": "mvp-envoy", "cluster": "mvp-envoy"}),
+        FilterBuild::Native(module) => json!({"id": "mvp-envoy", "cluster": "mvp-envoy", "metadata": {NODE_NATIVE_MODULE: module}}),
+    }
+}
+
 fn drop_nulls(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -283,6 +292,10 @@ mod tests {
         let wasm_filter = &wasm["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0]["typed_config"];
         assert_eq!(filter["filter_config"]["value"], wasm_filter["config"]["configuration"]["value"]);
         assert_eq!(refresher["extension_config"]["value"], wasm["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]["value"]);
+        // The node names the module (mvp-ext-proc then serves the clusters
+        // with its load balancer); the wasm build's names none.
+        assert_eq!(v["node"]["metadata"]["mvp_native_module"], "/m/libmvp_native_filter.so");
+        assert!(wasm["node"].get("metadata").is_none(), "{}", wasm["node"]);
     }
 
     /// The router plugin's configuration, as the filter parses it.

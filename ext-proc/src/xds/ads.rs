@@ -31,6 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::acks::Streams;
 use crate::sync::accepted::{ACK_GRACE, Accepted};
+use super::clusters::{native_module, with_native_lb};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
 use crate::metrics::Metrics;
 use crate::stopping::Stopping;
@@ -113,6 +114,9 @@ struct StreamLoop {
     subs: HashMap<String, Subscription>,
     nonce: u64,
     node: String,
+    /// The native build's module, as the Envoy's node metadata names it:
+    /// its clusters get the module's load balancer.
+    native_module: Option<String>,
     /// Since when an endpoint push has waited for its ACK.
     unacked_since: Option<tokio::time::Instant>,
     lagging: bool,
@@ -154,7 +158,13 @@ impl StreamLoop {
             .iter()
             // Wildcard (clusters) or the named ones (endpoints).
             .filter(|(n, _)| type_url == CLUSTER_TYPE || sub.names.is_empty() || sub.names.contains(n))
-            .map(|(_, a)| a.clone())
+            .map(|(_, a)| match &self.native_module {
+                // The version stays the snapshot's: the node's variant is a
+                // function of the snapshot and of metadata that a stream
+                // never changes.
+                Some(m) if type_url == CLUSTER_TYPE => with_native_lb(a, m).unwrap_or_else(|| a.clone()),
+                _ => a.clone(),
+            })
             .collect();
         self.nonce += 1;
         let nonce = self.nonce.to_string();
@@ -173,6 +183,7 @@ impl StreamLoop {
     async fn on_request(&mut self, req: DiscoveryRequest) -> bool {
         if let Some(n) = &req.node {
             self.node = n.id.clone();
+            self.native_module = native_module(n);
         }
         let snapshot = self.server.snapshot.borrow().clone();
         if snapshot.resources(&req.type_url).is_none() {
@@ -283,7 +294,7 @@ impl AggregatedDiscoveryService for AdsServer {
         let mut inbound = request.into_inner();
         let (out, rx) = mpsc::channel(16);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut l = StreamLoop { id, server: self.clone(), out, subs: HashMap::new(), nonce: 0, node: String::new(), unacked_since: None, lagging: false };
+        let mut l = StreamLoop { id, server: self.clone(), out, subs: HashMap::new(), nonce: 0, node: String::new(), native_module: None, unacked_since: None, lagging: false };
         let mut snapshots = self.snapshot.clone();
         self.metrics.xds_streams(1);
         tokio::spawn(async move {

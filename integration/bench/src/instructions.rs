@@ -155,7 +155,7 @@ async fn count(dir: &Path, backend: &Backend, (table, gvrs): (&ApiSet, usize), v
         .await?;
     let url = format!("http://127.0.0.1:{listen}{}", table.routed_path());
     let capable = table.routed_servers();
-    check_routing(&backend.http, &url, variant.routes().then_some(capable.as_slice())).await?;
+    check_routing(&backend.http, &url, variant, &capable).await?;
     let pid = envoy.pid();
     control(pid, "--instr=on")?;
     let mut seen = 0;

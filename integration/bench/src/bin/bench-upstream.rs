@@ -16,6 +16,7 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
+use mvp_bench::NOT_ROUTED;
 use mvp_ext_proc::apidiscovery::JSON_CONTENT_TYPE as AGGREGATED;
 use mvp_ext_proc::apidiscovery::etag::quoted_sha512;
 
@@ -70,11 +71,11 @@ async fn handle(server: Arc<Server>, req: Request<Incoming>) -> Result<Response<
             Response::new(Full::new(Bytes::from_static(b"replaced\n")))
         }
         _ => {
-            let routed = req.headers().get(mvp_contract::headers::ROUTE).cloned();
-            let mut b = Response::builder().header("content-type", "text/plain").header("x-upstream", &server.name);
-            if let Some(r) = routed {
-                b = b.header("x-routed", r);
-            }
+            // Always there (`-`: no route header), so every door's answers
+            // are the same size, whether its filter routes by the header or
+            // not (the native build).
+            let routed = req.headers().get(mvp_contract::headers::ROUTE).cloned().unwrap_or(hyper::header::HeaderValue::from_static(NOT_ROUTED));
+            let b = Response::builder().header("content-type", "text/plain").header("x-upstream", &server.name).header("x-routed", routed);
             b.body(Full::new(Bytes::from_static(b"ok\n"))).unwrap_or_default()
         }
     };
