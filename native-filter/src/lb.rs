@@ -3,17 +3,21 @@
 //! node metadata names this module: `mvp_contract::envoy::NODE_NATIVE_MODULE`).
 //!
 //! The filter pins a request by making the first listed apiserver its
-//! upstream override host ([`crate::host`]'s `pin`); the router's first
-//! attempt goes there. A retry comes here without it (Envoy gives the
-//! override host to the first attempt only), so the list is routed again
-//! from the path by the process's table, the one the filter read — the
-//! same list in the same order the wasm build's route header carries — and
-//! the first listed healthy apiserver not tried yet is picked. None left
-//! ends the retries: Envoy answers its 503, which the local reply mapper
-//! makes the retryable Status, where the wasm build's pinned routes stop at
+//! upstream override host ([`crate::host`]'s `pin`); Envoy's router sends
+//! the first attempt there, whatever the health checks say (the clusters
+//! accept every health status for an override host, as the wasm build's
+//! override-host policy takes the route header's). A retry comes here
+//! without it (Envoy gives the override host to the first attempt only), so
+//! the list is routed again from the path by the process's table — the
+//! same list, in the table's order, that the wasm build's route header
+//! carries — and the first listed healthy apiserver not tried yet is
+//! picked (Envoy's ABI answers with an index into the healthy hosts, so an
+//! unhealthy one is reached only as the override host). None left ends the
+//! retries: Envoy answers its 503, which the local reply mapper makes the
+//! retryable Status, where the wasm build's pinned routes stop at
 //! (listed − 1) retries. A request the filter did not pin (served by all,
-//! or not an API path) is load balanced round robin over healthy members,
-//! its retries over members not tried yet.
+//! or not an API path) is balanced round robin over healthy members, its
+//! retries over members not tried yet.
 //!
 //! A first attempt reads nothing but the override host: the router counts
 //! host selection tries as 1 on a first attempt and as the route's
@@ -34,22 +38,39 @@ pub struct Lb {
     next: AtomicUsize,
 }
 
-/// The healthy hosts of priority 0 (the clusters have no other), which
-/// Envoy's answer indexes.
-struct Healthy {
+/// What a choice sees of the cluster: its healthy hosts (priority 0; the
+/// clusters have no other), which the answer indexes.
+trait Candidates {
+    fn count(&self) -> usize;
+    fn address(&self, i: usize) -> Option<&[u8]>;
+    /// Tried already by this request (Envoy's `previous_hosts` predicate).
+    fn tried(&self, i: usize) -> bool;
+
+    fn index_of(&self, address: &[u8]) -> Option<usize> {
+        (0..self.count()).find(|i| self.address(*i) == Some(address))
+    }
+}
+
+/// One request's attempt.
+struct Attempt {
     lb: EnvoyPtr,
+    context: EnvoyPtr,
     count: usize,
 }
 
-impl Healthy {
+impl Candidates for Attempt {
+    fn count(&self) -> usize {
+        self.count
+    }
+
     fn address(&self, i: usize) -> Option<&[u8]> {
         let mut out = EnvoyBuffer::EMPTY;
         let ok = unsafe { abi::envoy_dynamic_module_callback_lb_get_healthy_host_address(self.lb, 0, i, &mut out) };
         if ok { unsafe { out.bytes() } } else { None }
     }
 
-    fn index_of(&self, address: &[u8]) -> Option<usize> {
-        (0..self.count).find(|i| self.address(*i) == Some(address))
+    fn tried(&self, i: usize) -> bool {
+        unsafe { abi::envoy_dynamic_module_callback_lb_context_should_select_another_host(self.lb, self.context, 0, i) }
     }
 }
 
@@ -61,32 +82,39 @@ impl Lb {
     /// The index of the healthy host a request goes to, or `None`: no
     /// healthy member, or none left for a retry.
     pub fn choose(&self, lb: EnvoyPtr, context: EnvoyPtr) -> Option<usize> {
-        let healthy = Healthy { lb, count: unsafe { abi::envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb, 0) } };
-        if healthy.count == 0 {
+        let attempt = Attempt { lb, context, count: unsafe { abi::envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb, 0) } };
+        if attempt.count == 0 {
             return None;
         }
+        let next = self.next.fetch_add(1, Ordering::Relaxed);
         if context.is_null() {
-            return Some(self.round_robin(healthy.count));
+            return Some(next % attempt.count);
         }
-        let tried = |i: usize| unsafe { abi::envoy_dynamic_module_callback_lb_context_should_select_another_host(lb, context, 0, i) };
-        if let Some(host) = override_host(context) {
-            if let Some(i) = healthy.index_of(host) {
-                return Some(i);
-            }
-            // Not a healthy member now: as a retry would, down the list.
-            return listed(context).and_then(|l| first_untried(&l, &healthy, tried));
-        }
-        let retry = unsafe { abi::envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context) } > 1;
-        if retry && let Some(l) = listed(context) {
-            return first_untried(&l, &healthy, tried);
-        }
-        let start = self.round_robin(healthy.count);
-        (0..healthy.count).map(|k| (start + k) % healthy.count).find(|i| !tried(*i)).or(Some(start))
+        let overridden = override_host(context);
+        let retry = overridden.is_none() && unsafe { abi::envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context) } > 1;
+        pick(&attempt, overridden, retry, || listed(context), next)
     }
+}
 
-    fn round_robin(&self, count: usize) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed) % count.max(1)
+/// The choice ([`Lb::choose`]): the override host if it is a healthy
+/// member; down the list for a retry, or for an override host that is not
+/// (`None` when none is left); else round robin from `next`, skipping hosts
+/// tried (all tried: `next`'s anyway).
+fn pick(hosts: &impl Candidates, overridden: Option<&[u8]>, retry: bool, listed: impl FnOnce() -> Option<String>, next: usize) -> Option<usize> {
+    let count = hosts.count();
+    if count == 0 {
+        return None;
     }
+    if let Some(i) = overridden.and_then(|a| hosts.index_of(a)) {
+        return Some(i);
+    }
+    if (retry || overridden.is_some())
+        && let Some(l) = listed()
+    {
+        return l.split(',').filter_map(|a| hosts.index_of(a.as_bytes())).find(|i| !hosts.tried(*i));
+    }
+    let start = next % count;
+    (0..count).map(|k| (start + k) % count).find(|i| !hosts.tried(*i)).or(Some(start))
 }
 
 fn override_host<'a>(context: EnvoyPtr) -> Option<&'a [u8]> {
@@ -96,8 +124,10 @@ fn override_host<'a>(context: EnvoyPtr) -> Option<&'a [u8]> {
     if found { unsafe { out.bytes() } } else { None }
 }
 
-/// The apiservers the filter listed for this request, in its order: its
-/// path routed again by the process's table. `None` when it was not pinned.
+/// The apiservers the filter lists for this request, in the table's order:
+/// its path routed again by the process's table. `None` when it is not
+/// pinned. An unavailable answer never gets here (the filter answers it),
+/// and its marker matches no address.
 fn listed(context: EnvoyPtr) -> Option<String> {
     let mut path = EnvoyBuffer::EMPTY;
     let found = unsafe { abi::envoy_dynamic_module_callback_lb_context_get_downstream_header(context, ModuleBuffer::of(b":path"), &mut path, 0, std::ptr::null_mut()) };
@@ -107,9 +137,6 @@ fn listed(context: EnvoyPtr) -> Option<String> {
     Some(hosts.to_string())
 }
 
-/// The first listed address that is a healthy member not tried yet. An
-/// unavailable answer never gets here (the filter answers it), and its
-/// marker matches no address.
-fn first_untried(listed: &str, healthy: &Healthy, tried: impl Fn(usize) -> bool) -> Option<usize> {
-    listed.split(',').filter_map(|a| healthy.index_of(a.as_bytes())).find(|i| !tried(*i))
-}
+#[cfg(test)]
+#[path = "lb_tests.rs"]
+mod tests;
