@@ -36,15 +36,15 @@ else
 fi
 
 echo "==> the native filter build: Envoy loads libmvp_native_filter.so and the end-to-end suites run on it" >&2
-# Every end-to-end suite, fake and real apiservers, again on the native build
-# (the .wasm ran them above); not deployment (it checks the rendered compose
-# config only) nor the soak crate's upgrade test (on the .wasm: ~100 s, and
-# CI stays under 30 minutes).
-MVP_FILTER=native cargo test --locked -p integration --no-fail-fast \
+# Every end-to-end suite, fake and real apiservers and the real rolling
+# upgrade, again on the native build (the .wasm ran them above); not
+# deployment (it checks the rendered compose config only).
+MVP_FILTER=native cargo test --locked -p integration -p mvp-soak --no-fail-fast \
   --test routing --test routing_old_servers --test faults --test tls --test tls_streams --test spoofing \
   --test operators --test kubectl --test python_client --test discovery --test openapi --test peer_discovery \
   --test membership --test membership_faults --test membership_tls --test replicas \
-  --test real_apiservers --test real_controllers --test real_down --test real_kube_mvp --test real_membership --test real_skew
+  --test real_apiservers --test real_controllers --test real_down --test real_kube_mvp --test real_membership --test real_skew \
+  --test real_upgrade
 
 echo "==> fuzz smoke (libFuzzer, every target 5 s; scripts/fuzz.sh runs them long)" >&2
 scripts/fuzz.sh --smoke
