@@ -117,11 +117,12 @@ async fn check_routing(http: &reqwest::Client, url: &str, variant: Variant, capa
         let resp = http.get(url).send().await?;
         let routed = resp.headers().get("x-routed").and_then(|v| v.to_str().ok()).filter(|v| *v != NOT_ROUTED).map(str::to_string);
         let upstream = resp.headers().get("x-upstream").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        match (variant.routes(), routed) {
-            (false, None) => {}
-            (true, None) if variant == Variant::Native && capable.contains(&upstream) => {}
-            (true, Some(_)) if variant != Variant::Native && capable.contains(&upstream) => {}
-            (r, got) => bail!("{url}: routed {got:?} to {upstream}, expected {}", if r { format!("routing to {capable:?}") } else { "no routing".into() }),
+        let ok = match variant.routes() {
+            false => routed.is_none(),
+            true => capable.contains(&upstream) && routed.is_some() == variant.routes_by_header(),
+        };
+        if !ok {
+            bail!("{url}: routed {routed:?} to {upstream}, expected {}", if variant.routes() { format!("routing to {capable:?}") } else { "no routing".into() });
         }
     }
     Ok(())

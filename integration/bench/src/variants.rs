@@ -120,6 +120,12 @@ impl Variant {
         !matches!(self, Variant::NoFilter | Variant::WasmFloor)
     }
 
+    /// Whether it routes by the route header (the native build pins by
+    /// upstream override host: no header reaches the upstream).
+    pub fn routes_by_header(&self) -> bool {
+        self.routes() && *self != Variant::Native
+    }
+
     /// `router_port`: where the `ext-proc-router` of variant (5) listens.
     pub fn config(&self, mut config: Value, table: &ApiSet, address: &dyn Fn(&str) -> String, router_port: u16) -> Result<Value> {
         if *self == Variant::ExtProc {
