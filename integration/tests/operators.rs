@@ -56,7 +56,13 @@ async fn explain_says_where_a_request_goes_and_why() {
     let closed = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v130" && s["open"] == false));
     door.wait_table_published(closed).await.unwrap();
     let (ok, text) = explain(&door, &["/api/v1/namespaces/default/pods"]);
+    // An API only the hung v130 serves: held first, then the 503 — in the
+    // access log's words.
+    let (held_ok, held) = explain(&door, &["/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"]);
     door.fake("v130").proc.signal("CONT");
+    assert!(held_ok, "{held}");
+    assert!(held.contains("  routed by:  flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\n"), "{held}");
+    assert!(held.contains("decision:   held for a newer table, up to the front door's --hold-unavailable") && held.contains("else the 503 Status"), "{held}");
     assert!(ok, "{text}");
     assert!(text.contains(&format!("decision:   pinned to {v137}")) && text.contains("every apiserver serves v1 pods, but v130 is closed"), "{text}");
     assert!(text.lines().any(|l| l.contains("v130") && l.contains("CLOSED")), "{text}");

@@ -2,7 +2,7 @@
 //! filters and routes, and turns Envoy's own error replies into `metav1.Status`.
 
 use mvp_contract::envoy::{HELD_FILTER_STATE, LISTED_FILTER_STATE, ROUTE_KEY_FILTER_STATE};
-use mvp_contract::headers::{ROUTE, STRIPPED, STRIPPED_PREFIXES};
+use mvp_contract::headers::{ROUTE, STRIPPED, STRIPPED_PREFIXES, UNAVAILABLE};
 use mvp_contract::limits::RETRY_BODY_BUFFER_BYTES;
 use serde_json::{Value, json};
 
@@ -30,18 +30,28 @@ fn early_mutations(names: &RequestHeaderNames) -> Vec<Value> {
 /// A `metav1.Status` body for a reply Envoy generates itself, so every
 /// Kubernetes client reads it as it reads an apiserver's errors, never
 /// Envoy's plain text. Local replies only: an apiserver's own errors pass
-/// through untouched.
+/// through untouched. What Envoy says went wrong upstream (its response
+/// flags and details) goes in `details.causes`, for an operator.
 fn status(filter: Value, code: Option<u16>, reason: Option<&str>, message: &str) -> Value {
+    status_with(filter, code, reason, message, true)
+}
+
+/// [`status`], with the cause only where `cause`: the filter's own answers
+/// carry none (their message says it all; the flags would say `-
+/// direct_response`).
+fn status_with(filter: Value, code: Option<u16>, reason: Option<&str>, message: &str, cause: bool) -> Value {
     let mut body = json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
         "message": message,
-        "details": {"causes": [{"reason": "UnexpectedServerResponse", "message": "%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS%"}]},
         // Rendered as a number.
         "code": "%RESPONSE_CODE%",
     });
+    if cause {
+        body["details"] = json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS%"}]});
+    }
     if let Some(r) = reason {
         body["reason"] = json!(r);
     }
@@ -55,6 +65,10 @@ fn status(filter: Value, code: Option<u16>, reason: Option<&str>, message: &str)
     mapper
 }
 
+/// The message of the filter's 503: every apiserver that serves the request
+/// is closed, or none is known to serve it while one's API set is not.
+pub const UNAVAILABLE_MESSAGE: &str = "unavailable: every apiserver that serves this request is restarting, draining or not read yet (or none is known to serve it while one is); retry";
+
 fn code_is(op: &str, code: u16) -> Value {
     json!({"status_code_filter": {"comparison": {"op": op, "value": {"default_value": code, "runtime_key": format!("mvp.local_reply.{}_{code}", op.to_lowercase())}}}})
 }
@@ -62,7 +76,15 @@ fn code_is(op: &str, code: u16) -> Value {
 /// Envoy's local replies, as kube would answer: the first matching mapper
 /// applies.
 fn local_replies() -> Vec<Value> {
+    // The filter's answer for a request only closed apiservers serve (its
+    // route header says `unavailable…`, which only the filter can set):
+    // why, in kube's words — not Envoy's `- direct_response`.
+    let filter_answered = json!({"and_filter": {"filters": [
+        code_is("EQ", 503),
+        {"header_filter": {"header": {"name": ROUTE, "string_match": {"prefix": UNAVAILABLE}}}},
+    ]}});
     vec![
+        status_with(filter_answered, None, Some("ServiceUnavailable"), UNAVAILABLE_MESSAGE, false),
         // The apiserver failed and the body was too large to keep for a
         // resend (more than kube accepts anyway): retryable, as any
         // unreachable apiserver, instead of Envoy's plain-text 507.

@@ -1,4 +1,4 @@
-//! Why a request goes where: the wasm filter's own decision (`mvp-routing`:
+//! Why a request goes where: the filter's own decision (`mvp-routing`:
 //! the same classification, table and lookup code, not a second
 //! implementation) on the table the filter holds, with the apiservers'
 //! names and health — for `mvp-ext-proc explain` and `GET /debug/route`.
@@ -17,7 +17,8 @@ pub struct Explanation {
     pub path: String,
     /// kube-apiserver's RequestInfo for this request.
     pub request: Request,
-    /// What the front door routes by (`None`: it does not route this path).
+    /// What the front door routes by, in the access log's words (its
+    /// `routedBy`; `None`: it does not route this path).
     pub routed_by: Option<String>,
     pub table_version: String,
     pub apiservers: Vec<Member>,
@@ -60,14 +61,32 @@ pub struct Member {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Outcome {
-    /// `pinned` (only the listed apiservers get it), `loadBalanced`, or
-    /// `unavailable` (the 503 Status).
+    /// `pinned` (only the listed apiservers get it), `lastResort` (pinned
+    /// to a draining apiserver), `loadBalanced`, or `unavailable` (held for
+    /// a newer table, then the 503 Status).
     pub action: String,
-    /// The route header the filter sets (the first rotation; later requests
-    /// start at the next healthy member; `unavailable` for the 503).
+    /// The apiservers the filter lists, in order (the first rotation; later
+    /// requests start at the next healthy member).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hosts: Option<String>,
+    /// What the filter does, as one line.
+    pub does: String,
     pub reason: String,
+}
+
+/// What the filter does with a request only closed apiservers serve: the
+/// same words as its access log (`held`, `1000 unavailable`) and
+/// `--hold-unavailable` (`envoy-config`), which this daemon does not see.
+const HELD_THEN_503: &str = "held for a newer table, up to the front door's --hold-unavailable (1s unless set; 0s: not held): routed if an apiserver that serves it opens meanwhile, else the 503 Status (access log: held \"<ms> unavailable\")";
+
+/// What the filter does with a request `decision` routes, in one line.
+fn does(decision: &Decision<'_>) -> String {
+    match (decision, decision.hosts(0)) {
+        (Decision::Unavailable { .. }, _) => HELD_THEN_503.to_string(),
+        (Decision::LastResort { .. }, Some(h)) => format!("pinned to {h}, draining: the last resort"),
+        (_, Some(h)) => format!("pinned to {h}"),
+        (_, None) => "load balanced over every apiserver".to_string(),
+    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -126,6 +145,7 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
     let (key, decision) = route::route(&rt, &path);
     let set = rt.servers(&key);
     let what = routed_by(&key);
+    let label = (key != RouteKey::None).then(|| key.label());
     let apiservers = table
         .apiservers
         .iter()
@@ -202,14 +222,18 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
             ("pinned", reason)
         }
     };
+    let hosts = match decision {
+        Decision::Unavailable { .. } => None,
+        _ => decision.hosts(0).map(str::to_string),
+    };
     Ok(Explanation {
         method: method.to_string(),
         path: raw_path.to_string(),
         request: request(&info),
-        routed_by: what,
+        routed_by: label,
         table_version: format!("{:016x}", table.version),
         apiservers,
-        decision: Outcome { action: action.into(), hosts: decision.hosts(0).map(str::to_string), reason },
+        decision: Outcome { action: action.into(), does: does(&decision), hosts, reason },
     })
 }
 
@@ -244,7 +268,7 @@ pub fn render(e: &Explanation) -> String {
         };
         let _ = writeln!(out, "  apiserver:  {:<16} {:<22} {:<9} {serves}", m.name, m.address, state);
     }
-    let _ = writeln!(out, "  decision:   {}{}", e.decision.action, e.decision.hosts.as_ref().map(|h| format!(" to {h}")).unwrap_or_default());
+    let _ = writeln!(out, "  decision:   {}", e.decision.does);
     let _ = writeln!(out, "  why:        {}", e.decision.reason);
     let _ = writeln!(out, "  table:      version {}", e.table_version);
     out
@@ -282,13 +306,15 @@ mod tests {
     fn says_why() {
         let e = explain(&sample(), "DELETE", "/apis/batch/v1/namespaces/ns/jobs/j").unwrap();
         assert_eq!((e.request.kind.as_str(), e.request.verb.as_deref(), e.request.name.as_deref()), ("resource", Some("delete"), Some("j")));
-        assert_eq!(e.routed_by.as_deref(), Some("batch/v1 jobs"));
+        assert_eq!(e.routed_by.as_deref(), Some("batch/v1/jobs"), "the access log's routedBy");
         assert!(e.decision.reason.contains("only c serves") && e.decision.reason.contains("503"), "{}", e.decision.reason);
         assert_eq!(e.apiservers.iter().map(|m| m.serves).collect::<Vec<_>>(), [Some(false), Some(false), Some(true)]);
         let text = render(&e);
         assert!(text.contains("decision:   pinned to 127.0.0.1:1003"), "{text}");
         let e = explain(&sample(), "GET", "/version").unwrap();
         assert!(e.decision.reason.contains("not a path the front door routes"));
+        assert_eq!(e.routed_by, None);
+        assert!(render(&e).contains("decision:   load balanced over every apiserver"));
         assert!(explain(&pb::RoutingTable::default(), "GET", "/").is_err(), "no table yet");
     }
 
@@ -318,10 +344,12 @@ mod tests {
             let rt = RouteTable::from_proto(&t).unwrap();
             for path in paths {
                 let e = explain(&t, "GET", path).unwrap();
-                assert_eq!(e.decision.hosts.as_deref(), mvp_routing::route::decide(&rt, path.as_bytes(), 0), "{path} with {:?}", t.apiservers);
-                let action = match e.decision.hosts.as_deref() {
+                let decided = mvp_routing::route::decide(&rt, path.as_bytes(), 0);
+                let unavailable = matches!(decided, Some(mvp_contract::headers::UNAVAILABLE | mvp_contract::headers::UNAVAILABLE_DOCUMENT));
+                assert_eq!(e.decision.hosts.as_deref(), decided.filter(|_| !unavailable), "{path} with {:?}", t.apiservers);
+                let action = match decided {
                     None => "loadBalanced",
-                    Some(mvp_contract::headers::UNAVAILABLE | mvp_contract::headers::UNAVAILABLE_DOCUMENT) => "unavailable",
+                    Some(_) if unavailable => "unavailable",
                     Some(hosts) if hosts.split(',').all(|h| closed.iter().any(|c| c == h)) => "lastResort",
                     Some(_) => "pinned",
                 };
@@ -342,7 +370,15 @@ mod tests {
         assert!(render(&e).contains("CLOSED"), "{}", render(&e));
         // Only a closed member serves the scale subresource: the 503.
         let e = explain(&t, "GET", "/apis/apps/v1/namespaces/ns/deployments/d/scale").unwrap();
-        assert_eq!(e.decision.action, "unavailable");
+        assert_eq!((e.decision.action.as_str(), e.decision.hosts.as_deref()), ("unavailable", None));
+        assert_eq!(e.routed_by.as_deref(), Some("apps/v1/deployments/scale"));
+        let text = render(&e);
+        assert!(text.contains("  routed by:  apps/v1/deployments/scale\n"), "{text}");
+        assert!(
+            text.contains("  decision:   held for a newer table, up to the front door's --hold-unavailable (1s unless set; 0s: not held): routed if an apiserver that serves it opens meanwhile, else the 503 Status"),
+            "what the filter does first, before the 503: {text}"
+        );
+        assert!(!text.contains("unavailable to unavailable"), "{text}");
         assert!(e.decision.reason.contains("only a serves apps/v1 deployments/scale, and it is closed"), "{}", e.decision.reason);
         let e = explain(&t, "GET", "/apis/apps/v1/namespaces/ns/deployments/d").unwrap();
         assert!(e.decision.reason.contains("only b serve") || e.decision.reason.contains("only a, b serve"), "{}", e.decision.reason);

@@ -25,6 +25,7 @@ mod paired;
 mod propagation;
 mod rebuilds;
 mod report;
+pub mod results_file;
 mod settings;
 pub mod variants;
 

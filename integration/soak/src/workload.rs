@@ -154,9 +154,10 @@ pub fn classify(item: &Item, states: &[State], outcome: &Outcome) -> (&'static s
         404 if capable_at_some_moment => (WRONG_404, Some(format!("{} while a {:?} process was up", item.path, item.releases))),
         404 => (CORRECT_404, None),
         503 if body["kind"] == "Status" && body["code"] == 503 => {
-            // Envoy's local reply says why (response flags and details): the
-            // filter's answer for closed servers, or an upstream failure.
-            let why = body["details"]["causes"][0]["message"].as_str().unwrap_or("");
+            // Envoy's local reply says why: an upstream failure in its
+            // cause (response flags and details), the filter's answer for
+            // closed servers in its message.
+            let why = body["details"]["causes"][0]["message"].as_str().or(body["message"].as_str()).unwrap_or("");
             let what = format!("503 for {:?} {} while a {:?} process was ready ({why})", item.verb, item.path, item.releases);
             if capable_throughout { (STATUS_503_CAPABLE_UP, Some(what)) } else { (STATUS_503, None) }
         }

@@ -148,6 +148,7 @@ pub fn load_paths(
                                         "in flight: {}",
                                         body["details"]["causes"][0]["message"]
                                             .as_str()
+                                            .or(body["message"].as_str())
                                             .unwrap_or("")
                                     )
                                 }

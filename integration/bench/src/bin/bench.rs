@@ -1,4 +1,4 @@
-//! `bench [--smoke] [--out FILE]`: benchmarks the front door's variants side
+//! `bench [--smoke] [--only PART] [--out FILE]`: benchmarks the front door's variants side
 //! by side in one run (see BENCHMARKS.md). Run it through scripts/bench.sh,
 //! which builds release binaries and installs the load generators.
 
@@ -48,7 +48,13 @@ async fn main() -> anyhow::Result<()> {
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&args.out, serde_json::to_vec_pretty(&results)?).with_context(|| format!("writing {}", args.out.display()))?;
-    eprintln!("results written to {}", args.out.display());
+    // A run of one part keeps the figures of the others (results_file.rs).
+    let old = std::fs::read(&args.out).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let written = mvp_bench::results_file::merge(old, serde_json::to_value(&results)?, args.only.as_deref());
+    std::fs::write(&args.out, serde_json::to_vec_pretty(&written)?).with_context(|| format!("writing {}", args.out.display()))?;
+    match args.only.as_deref() {
+        Some(part) => eprintln!("{part}'s results written to {} (its other figures kept)", args.out.display()),
+        None => eprintln!("results written to {}", args.out.display()),
+    }
     Ok(())
 }
