@@ -22,7 +22,7 @@ while read -r release; do
 done < scripts/kube-releases
 
 echo "==> clippy (the filter denies unwrap/expect/panic/indexing)" >&2
-cargo clippy --locked -p mvp-wasm-filter -p mvp-routing -p bench-routing-floor --target wasm32-wasip1 --profile wasm -- -D warnings
+cargo clippy --locked -p mvp-wasm-filter -p mvp-filter-core -p mvp-routing -p bench-routing-floor --target wasm32-wasip1 --profile wasm -- -D warnings
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
 echo "==> demo smoke (the README's demo command, on other ports)" >&2

@@ -35,6 +35,14 @@ pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
 /// first replica failed open); an apiserver's copy is removed by the route.
 pub const DISCOVERY_RESULT: &str = "x-mvp-discovery";
 
+/// Envoy's per-request retry count: the native build sets it on a pinned
+/// request whose list is not [`crate::limits::UNPINNED_RETRIES`] + 1 long,
+/// so that a request fails over along its whole list and no further — a
+/// retry past the list would find no host, and Envoy's `no_healthy_upstream`
+/// 503 would replace the last answer (kube's 429 and its `Retry-After`).
+/// Clients cannot send it (`x-envoy-` is stripped).
+pub const MAX_RETRIES: &str = "x-envoy-max-retries";
+
 /// Headers removed from every client request before any filter runs.
 pub const STRIPPED: &[&str] = &[ROUTE, PEER_PROXIED];
 

@@ -9,6 +9,13 @@ pub const MAX_APISERVERS: usize = 64;
 /// members the control plane has at any moment).
 pub const MAX_LISTED_APISERVERS: usize = 8;
 
+/// Retries of a request every apiserver may answer (served by all, or by
+/// none): any other member will do. In the native build it is also the
+/// retry count of a pinned request (no route per list length there), which
+/// the filter corrects to (listed − 1) with [`crate::headers::MAX_RETRIES`]
+/// when the list is not this long plus one.
+pub const UNPINNED_RETRIES: usize = 3;
+
 /// Largest encoded routing table a `GetTable` answer may carry (a
 /// 5,000-resource table is ~85 KiB).
 pub const MAX_TABLE_BYTES: usize = 16 << 20;

@@ -86,7 +86,7 @@ pub fn table_decode(data: &[u8]) {
 /// would break the worker's VM). Envoy never sends most of these; the
 /// parser must survive them anyway.
 pub fn subject(data: &[u8]) {
-    let _ = mvp_wasm_filter::identity::from_rfc2253(data);
+    let _ = mvp_filter_core::identity::from_rfc2253(data);
 }
 
 pub fn discovery_merge(data: &[u8]) {

@@ -227,6 +227,8 @@ async fn a_request_for_a_restarting_apiserver_waits_for_it_instead_of_a_503() {
     let open = |want: bool| move |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == want));
     let (only_v137, _) = PATHS[0];
     let held = "wasmcustom.mvp.router.held_requests";
+    let rerouted = "wasmcustom.mvp.router.rerouted_requests";
+    let rerouted_before = door.envoy_stat(rerouted).await.unwrap_or(0);
     door.fake_mut("v137").proc.kill();
     door.wait_table_published(open(false)).await.unwrap();
     let before = door.envoy_stat(held).await.unwrap_or(0);
@@ -246,6 +248,10 @@ async fn a_request_for_a_restarting_apiserver_waits_for_it_instead_of_a_503() {
     let (status, retry_after, body, took) = timed_get(door.http.clone(), door.url(&stays_down)).await;
     assert_eq!((status, body["kind"].as_str(), retry_after.as_deref()), (503, Some("Status"), Some("1")), "{body}");
     assert!(took >= hold - Duration::from_millis(100), "held for the whole hold first: {took:?}");
+    // Why, in kube's words: no Envoy response flags in a cause (issue 49).
+    assert_eq!(body["reason"], "ServiceUnavailable", "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| m.starts_with("unavailable: ") && m.contains("restarting, draining or not read yet")), "{body}");
+    assert!(body.get("details").is_none() && !body.to_string().contains("direct_response"), "{body}");
 
     let log = |path: String| {
         let file = door.envoy.log.clone();
@@ -259,6 +265,10 @@ async fn a_request_for_a_restarting_apiserver_waits_for_it_instead_of_a_503() {
     assert!(first["held"].as_str().is_some_and(|h| h.ends_with(" routed")) && first["code"] == 200, "{first}");
     assert!(second["held"].as_str().is_some_and(|h| h.ends_with(" unavailable")) && second["code"] == 503, "{second}");
     assert_eq!(door.envoy_stat("wasmcustom.mvp.router.held_then_unavailable").await, Some(1));
+    // Each held request counted once as routed (the proxy-wasm workers
+    // flush theirs each second: waited for), not also when it was held.
+    let counted = wait_for("both requests counted", Duration::from_secs(10), || async { door.envoy_stat(rerouted).await.filter(|n| *n >= rerouted_before + 2) }).await.unwrap();
+    assert_eq!(counted, rerouted_before + 2, "two held requests, each counted once");
 }
 
 /// Status, `Retry-After`, body and time taken of a GET.
@@ -318,6 +328,69 @@ async fn reads_failed_before_an_answer_go_to_another_server_writes_never_do() {
     eprintln!("30 writes: answers {answers:?}, requests reaching apiservers {sent}");
     assert_eq!(sent, 30, "a write was sent again: {answers:?}");
     assert!(answers.keys().all(|s| [200, 429, 503].contains(s)), "{answers:?}");
+}
+
+/// A rolling upgrade's moment: one member down (Envoy's health checks mark
+/// it unhealthy; it serves nothing these requests need, so it is never
+/// listed) and the first listed apiserver dropping every request before an
+/// answer: each read goes on to the next listed apiserver, never back to
+/// the one that just failed. Before (issue 46), the native build's balancer
+/// asked Envoy's previous-hosts predicate with an index into the healthy
+/// hosts, which Envoy reads as an index into all of them: with v130 down
+/// ahead of the list it asked about v130, chose v133 again for every retry
+/// while v137 idled, and the reads ended in a 503.
+#[tokio::test]
+async fn with_a_member_down_a_read_never_goes_back_to_the_server_that_failed() {
+    let mut door = FrontDoor::start(&three(), Options::default()).await.unwrap();
+    door.fake_mut("v130").proc.kill();
+    door.wait_table_published(|t| t["apiservers"][0]["healthy"] == false).await.unwrap();
+    let healthy = format!("cluster.{}.membership_healthy", mvp_contract::envoy::APISERVERS_CLUSTER);
+    wait_for("Envoy's health checks to mark v130 unhealthy", Duration::from_secs(30), || async { (door.envoy_stat(&healthy).await? == 2).then_some(()) }).await.unwrap();
+    let r = door.http.post(format!("{}/__fake/fail-next?count=100000&how=reset", door.fake("v133").url())).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Served by v133 and v137: pinned to both, v133 first in turn.
+    let (path, by) = PATHS[2];
+    assert_eq!(by, ["v133", "v137"]);
+    for client in [&door.http, &door.h2c] {
+        for _ in 0..12 {
+            let (status, v) = door.get_json(client, path).await.unwrap();
+            assert_eq!((status, served_by(&v)), (200, "v137"), "{path}: {v}");
+        }
+    }
+    assert_eq!(door.envoy_stat(&healthy).await, Some(2), "v133 stayed healthy to Envoy: the case above was the one meant");
+}
+
+/// A read every listed apiserver answers with kube's 429 (each shutting
+/// down with `--shutdown-send-retry-after`) gets that 429 Status with its
+/// `Retry-After`, after exactly one attempt per listed apiserver — never
+/// Envoy's 503 for a retry that found no host left. Before (issue 46), the
+/// native build retried as often as the route allowed (3) whatever the list,
+/// and the retry past the list ended in `no_healthy_upstream`.
+#[tokio::test]
+async fn a_read_every_listed_server_refuses_with_429_gets_that_429() {
+    let door = FrontDoor::start(&three(), Options::default()).await.unwrap();
+    let control = |name: &str, query: &str| format!("{}/__fake/{query}", door.fake(name).url());
+    for name in ["v133", "v137"] {
+        let r = door.http.post(control(name, "fail-next?count=100000&how=shutting-down")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let requests = |name: &'static str| {
+        let url = control(name, "stats");
+        let http = door.http.clone();
+        async move { http.get(url).send().await.unwrap().json::<Value>().await.unwrap()["resourceRequests"].as_u64().unwrap() }
+    };
+    // Listed: v137 alone; v133 and v137.
+    for (path, listed) in [(PATHS[0].0, 1), (PATHS[2].0, 2)] {
+        for client in [&door.http, &door.h2c] {
+            let before = requests("v133").await + requests("v137").await;
+            let r = client.get(door.url(path)).send().await.unwrap();
+            let status = r.status().as_u16();
+            let retry_after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+            let v: Value = r.json().await.unwrap();
+            assert_eq!((status, v["reason"].as_str(), retry_after.as_deref()), (429, Some("TooManyRequests"), Some("5")), "{path}: {v}");
+            assert_eq!(requests("v133").await + requests("v137").await - before, listed, "{path}: one attempt per listed apiserver");
+        }
+    }
 }
 
 /// mvp-ext-proc restarted onto a corrupt state file (a disk error, a

@@ -60,6 +60,40 @@ async fn client_certificate_and_token_identities_reach_the_apiserver() {
     }
 }
 
+/// A request with a client certificate for an API only a restarting
+/// apiserver serves is held, and when that apiserver is read back it is
+/// served as the certificate's user — over the cluster that presents the
+/// front proxy's certificate, as any other request with an identity. Before
+/// (issue 46), the native build let a held request go on by the route
+/// matched before its identity headers were written: the apiserver saw no
+/// front-proxy certificate and answered 401.
+#[tokio::test]
+async fn a_held_request_keeps_its_client_identity() {
+    let hold = Duration::from_secs(5);
+    let mut s = setup(Options { hold_unavailable: Some(hold), ..Options::default() }).await;
+    let alice = s.pki.clients.client(s.pki_dir.path(), "alice", "alice", &["dev", "ops"]).unwrap();
+    let open = |want: bool| move |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == want));
+    let held = "wasmcustom.mvp.router.held_requests";
+    for http2 in [true, false] {
+        s.door.fake_mut("v137").proc.kill();
+        s.door.wait_table_published(open(false)).await.unwrap();
+        let before = s.door.envoy_stat(held).await.unwrap_or(0);
+        let client = s.door.https(Some(&alice), http2).unwrap();
+        let request = tokio::spawn(client.get(s.door.url(NEW_ONLY)).send());
+        integration::harness::wait_for("the request held", Duration::from_secs(10), || async { (s.door.envoy_stat(held).await? > before).then_some(()) }).await.unwrap();
+        let spec = s.door.fake("v137").spec.clone();
+        s.door.restart_fake("v137", spec).await.unwrap();
+        let resp = request.await.unwrap().unwrap();
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(status, 200, "http2={http2}: {v}");
+        let want_by = format!("requestheader (proxy {PROXY_CLIENT_CN})");
+        assert_eq!(user(&v), ("alice".into(), strings(&["dev", "ops", "system:authenticated"]), want_by), "http2={http2}");
+        assert_eq!(served_by(&v), "v137");
+        s.door.wait_table_published(open(true)).await.unwrap();
+    }
+}
+
 /// With several CNs, kube's x509 authenticator (Go's `pkix.Name`) takes the
 /// last one in certificate order: the front door forwards exactly that user,
 /// the one the apiserver would derive from the certificate itself.

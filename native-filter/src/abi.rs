@@ -114,9 +114,11 @@ unsafe extern "C" {
     // The HTTP filter's configuration (main thread).
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(config: EnvoyPtr, name: ModuleBuffer, label_names: *mut ModuleBuffer, label_names_length: usize, id: *mut usize) -> u32;
 
-    // The bootstrap extension (main thread): the refresher.
     // The load balancer (a worker's, for one cluster): it picks among the
-    // cluster's healthy hosts, by index.
+    // cluster's healthy hosts, by index into them — but Envoy's
+    // previous-hosts predicate takes an index into *all* hosts (`lb.rs`).
+    pub fn envoy_dynamic_module_callback_lb_get_hosts_count(lb: EnvoyPtr, priority: u32) -> usize;
+    pub fn envoy_dynamic_module_callback_lb_get_host_address(lb: EnvoyPtr, priority: u32, index: usize, result: *mut EnvoyBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb: EnvoyPtr, priority: u32) -> usize;
     pub fn envoy_dynamic_module_callback_lb_get_healthy_host_address(lb: EnvoyPtr, priority: u32, index: usize, result: *mut EnvoyBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_lb_context_get_override_host(context: EnvoyPtr, result: *mut EnvoyBuffer, strict: *mut bool) -> bool;
@@ -124,6 +126,7 @@ unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_lb_context_should_select_another_host(lb: EnvoyPtr, context: EnvoyPtr, priority: u32, index: usize) -> bool;
     pub fn envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context: EnvoyPtr) -> u32;
 
+    // The bootstrap extension (main thread): the refresher.
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(config: EnvoyPtr);
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(config: EnvoyPtr) -> *mut c_void;
     pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(scheduler: *mut c_void, event_id: u64);

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use mvp_contract::envoy::HELD_PROPERTY;
 use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
-use mvp_wasm_filter::host::{Counter, Host, LogLevel};
-use mvp_wasm_filter::router::Router;
+use mvp_filter_core::host::{Counter, Host, LogLevel};
+use mvp_filter_core::router::Router;
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
 use crate::host::{CounterIds, NativeHost, Target};
@@ -115,8 +115,19 @@ impl FilterConfig {
     /// `seen`: the table version the decision was made with (a table
     /// published meanwhile wakes the request at once); `held`: since when
     /// and until when it was held already, if it was.
+    ///
+    /// The route is matched again, as the request goes on, whenever a header
+    /// the route table matches was written — by this pass or, for a held
+    /// request, by the pass that held it: the identity headers pick the
+    /// cluster that presents the front proxy's certificate, and a request
+    /// held with them and let go on the route matched before them would
+    /// reach the apiserver as nobody (kube: 401, or anonymous).
     fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, seen: u64, held: Option<hold::Released>) -> u32 {
         let answer = host.unavailable();
+        // Headers the route table matches were written by this pass, or by
+        // the pass that held the request: carried while it waits, acted on
+        // when it goes on.
+        let rematch = || host.rematch() || held.is_some_and(|h| h.rematch);
         let was_held = held.is_some();
         if let Some(answer) = answer
             && host.holding()
@@ -124,9 +135,9 @@ impl FilterConfig {
             let max_held = self.hold.as_ref().map_or(0, |h| h.max_held as usize);
             let span = held.unwrap_or_else(|| {
                 let now = hold::now_ms();
-                hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))) }
+                hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))), rematch: false }
             });
-            if hold::park(filter, seen, span.since_ms, span.deadline_ms, max_held) {
+            if hold::park(filter, seen, hold::Released { rematch: rematch(), ..span }, max_held) {
                 if !was_held {
                     host.count(Counter::Held, 1);
                 }
@@ -135,15 +146,17 @@ impl FilterConfig {
             if !was_held {
                 host.count(Counter::HoldRefused, 1);
             }
+            // Answered now: counted as the router counts an answer it writes.
+            host.count(Counter::Rerouted, 1);
             if let Err(e) = host.set_request_header(&self.router.route_header, answer) {
                 host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}"));
             }
         }
+        if rematch() {
+            unsafe { abi::envoy_dynamic_module_callback_http_clear_route_cache(filter) };
+        }
         if let Some(held) = held {
             self.held_for(host, held, answer.is_some());
-        }
-        if host.rematch() {
-            unsafe { abi::envoy_dynamic_module_callback_http_clear_route_cache(filter) };
         }
         abi::HEADERS_CONTINUE
     }

@@ -114,8 +114,7 @@ pub fn wake_due() -> Option<u64> {
 /// A request this worker holds.
 struct Parked {
     filter: usize,
-    since_ms: u64,
-    deadline_ms: u64,
+    span: Released,
     waiter: Arc<Waiter>,
 }
 
@@ -123,18 +122,22 @@ thread_local! {
     static PARKED: RefCell<Vec<Parked>> = const { RefCell::new(Vec::new()) };
 }
 
-/// How long a request was held, once it goes on.
+/// A held request's span, and what it needs when it goes on.
 #[derive(Debug, Clone, Copy)]
 pub struct Released {
     pub since_ms: u64,
     pub deadline_ms: u64,
+    /// A header the route table matches (identity) was written before it
+    /// was held: its route must be matched again when it goes on.
+    pub rematch: bool,
 }
 
 /// Parks the request of `filter` until a table newer than `seen` or
-/// `deadline_ms`. False when it cannot (no refresher to wake it, the
+/// `span.deadline_ms`. False when it cannot (no refresher to wake it, the
 /// worker holds `max_held` already, Envoy gave no scheduler): the caller
 /// answers now.
-pub fn park(filter: abi::EnvoyPtr, seen: u64, since_ms: u64, deadline_ms: u64, max_held: usize) -> bool {
+pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, max_held: usize) -> bool {
+    let Released { since_ms, deadline_ms, .. } = span;
     let main = *lock(&MAIN);
     if main == 0 {
         return false;
@@ -149,7 +152,7 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, since_ms: u64, deadline_ms: u64, m
         return false;
     }
     let waiter = Arc::new(Waiter { scheduler: Mutex::new(Some(scheduler as usize)), seen, deadline_ms });
-    let parked = Parked { filter: filter as usize, since_ms, deadline_ms, waiter: waiter.clone() };
+    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone() };
     if PARKED.with(|p| p.try_borrow_mut().map(|mut p| p.push(parked)).is_err()) {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
         return false;
@@ -173,7 +176,7 @@ fn forget_ended(now: u64) {
     PARKED.with(|p| {
         let Ok(mut p) = p.try_borrow_mut() else { return };
         p.retain(|x| {
-            let ended = now > x.deadline_ms.saturating_add(ENDED_AFTER_MS);
+            let ended = now > x.span.deadline_ms.saturating_add(ENDED_AFTER_MS);
             if ended && let Some(s) = x.waiter.take() {
                 unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(s as *mut c_void) };
             }
@@ -193,7 +196,7 @@ pub fn unpark(filter: abi::EnvoyPtr) -> Option<Released> {
     if let Some(s) = parked.waiter.take() {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(s as *mut c_void) };
     }
-    Some(Released { since_ms: parked.since_ms, deadline_ms: parked.deadline_ms })
+    Some(parked.span)
 }
 
 /// Whether this worker parks any request (the stream-end hook's fast path).

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mvp_contract::envoy::LISTED_PROPERTY;
-use mvp_contract::headers::{PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
+use mvp_contract::headers::{MAX_RETRIES, PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
+use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use mvp_contract::shared_data::TABLE_KEY;
-use mvp_wasm_filter::host::{Counter, Gauge, Host, HostError, LogLevel};
-use mvp_wasm_filter::table::RouteTable;
+use mvp_filter_core::host::{Counter, Gauge, Host, HostError, LogLevel};
+use mvp_filter_core::table::RouteTable;
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
 use crate::process;
@@ -114,6 +115,14 @@ impl<'a> NativeHost<'a> {
     }
 }
 
+/// The retry count a pinned request of `hosts` must carry: `None` when the
+/// route's own ([`UNPINNED_RETRIES`]) is (listed − 1) already.
+fn retries_header(hosts: &str) -> Option<&'static str> {
+    const COUNTS: [&str; MAX_LISTED_APISERVERS] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+    let retries = hosts.split(',').count().saturating_sub(1).min(MAX_LISTED_APISERVERS - 1);
+    (retries != UNPINNED_RETRIES).then(|| COUNTS.get(retries).copied()).flatten()
+}
+
 impl Host for NativeHost<'_> {
     fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError> {
         let filter = self.request()?;
@@ -134,30 +143,33 @@ impl Host for NativeHost<'_> {
         ok.then_some(()).ok_or(HostError(ADD_HEADER))
     }
 
-    /// Pins without a header and without matching the route again — the
-    /// route header, its parsing by the override-host policy and the route
-    /// match are most of what routing by a header costs Envoy. The first
-    /// listed apiserver becomes the request's upstream override host (the
-    /// router's first attempt goes there); a retry asks the clusters' load
-    /// balancer, which is this module's (`lb.rs`): it walks the same list,
-    /// routed again from the path by the process's table, skipping the
-    /// apiservers already tried, and ends the retries when none is left —
-    /// what the wasm build's pinned routes (their retry count) and the
-    /// override-host policy do. x-kubernetes-peer-proxied is added as those
-    /// routes add it. The unavailable answers are the route table's direct
-    /// responses: matched again (rare, and the price of one answer, not of
-    /// routing) — or kept back while the request may be held.
-    fn pin(&self, header: &str, hosts: &str) -> Result<(), HostError> {
+    /// Pins without a route header and without matching the route again —
+    /// the route header, its parsing by the override-host policy and the
+    /// route match are most of what routing by a header costs Envoy. The
+    /// first listed apiserver becomes the request's upstream override host
+    /// (the router's first attempt goes there); a retry asks the clusters'
+    /// load balancer, which is this module's (`lb.rs`): it walks the same
+    /// list, routed again from the path by the process's table, skipping
+    /// the apiservers already tried. The retries are (listed − 1), as the
+    /// wasm build's pinned routes count them: the route's count
+    /// ([`UNPINNED_RETRIES`]) unless the list is another length, then
+    /// [`MAX_RETRIES`] — so a read whose last server answered kube's 429
+    /// gets that 429, not a retry that finds no host left.
+    /// x-kubernetes-peer-proxied is added as those routes add it. The
+    /// unavailable answers are the route table's direct responses: matched
+    /// again (rare, and the price of one answer, not of routing) — or kept
+    /// back while the request may be held (`Ok(false)`).
+    fn pin(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
         if hosts == UNAVAILABLE || hosts == UNAVAILABLE_DOCUMENT {
             let answer = if hosts == UNAVAILABLE { UNAVAILABLE } else { UNAVAILABLE_DOCUMENT };
             self.unavailable.set(Some(answer));
             if self.holding {
-                return Ok(());
+                return Ok(false);
             }
             if let Target::Request { log_listed: true, .. } = self.target {
                 self.set_property(LISTED_PROPERTY, answer.as_bytes())?;
             }
-            return self.set_request_header(header, answer);
+            return self.set_request_header(header, answer).map(|()| true);
         }
         let Target::Request { filter, log_listed, .. } = self.target else { return Err(HostError(NOT_HERE)) };
         let first = hosts.split(',').next().unwrap_or(hosts);
@@ -168,7 +180,10 @@ impl Host for NativeHost<'_> {
         if log_listed {
             self.set_property(LISTED_PROPERTY, hosts.as_bytes())?;
         }
-        self.append_header(PEER_PROXIED, "true")
+        if let Some(retries) = retries_header(hosts) {
+            self.append_header(MAX_RETRIES, retries)?;
+        }
+        self.append_header(PEER_PROXIED, "true").map(|()| true)
     }
 
     /// Filter state under the key proxy-wasm gives a property (`wasm.` and
@@ -308,5 +323,53 @@ impl Host for NativeHost<'_> {
 
     fn vm_memory_bytes(&self) -> u64 {
         0
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use super::*;
+    use mvp_filter_core::get_table::{self, Answer as TableAnswer, GetTableError};
+
+    fn header(k: &'static str, v: &'static str) -> EnvoyHttpHeader {
+        EnvoyHttpHeader { key_ptr: k.as_ptr(), key_length: k.len(), value_ptr: v.as_ptr(), value_length: v.len() }
+    }
+
+    /// The refresher reading a `GetTable` answer as Envoy's bootstrap
+    /// callout hands it over: headers and body, never trailers.
+    fn read(headers: &[EnvoyHttpHeader], body: &[u8]) -> Result<TableAnswer, GetTableError> {
+        let counters: CounterIds = [None; Counter::ALL.len()];
+        let chunks = [EnvoyBuffer { ptr: body.as_ptr(), length: body.len() }];
+        let body = if body.is_empty() { &[][..] } else { &chunks[..] };
+        let answer = Answer { success: true, headers, body };
+        let host = NativeHost::new(Target::Refresher { config: std::ptr::null_mut(), counters: &counters, version_gauge: None, answer: Some(answer) });
+        get_table::read_answer(&host)
+    }
+
+    /// An error is an error whether it came in the headers (trailers-only)
+    /// or in trailers Envoy dropped (no message then); a message with no
+    /// status in the headers is the OK reply.
+    #[test]
+    fn get_table_errors_are_errors_without_trailers() {
+        let grpc = [header(":status", "200"), header("content-type", "application/grpc")];
+        let trailers_only = [header(":status", "200"), header("content-type", "application/grpc"), header("grpc-status", "14"), header("grpc-message", "no table yet")];
+        match read(&trailers_only, b"") {
+            Err(GetTableError::GrpcStatus(s, m)) => assert_eq!((s.as_str(), m.as_str()), ("14", "no table yet")),
+            other => panic!("trailers-only error: {other:?}"),
+        }
+        assert!(matches!(read(&grpc, b""), Err(GetTableError::GrpcStatus(..))), "the error was in the trailers: no message");
+        let current = [0u8, 0, 0, 0, 2, 0x10, 1]; // GetTableResponse { waited: true }
+        assert!(matches!(read(&grpc, &current), Ok(TableAnswer::Current { waited: true })));
+        assert!(matches!(read(&[header(":status", "503")], b""), Err(GetTableError::HttpStatus(_))));
+    }
+
+    /// (listed − 1) retries, the header only where the route's count is not that.
+    #[test]
+    fn a_pinned_request_retries_along_its_list_and_no_further() {
+        let list = |n: usize| (1..=n).map(|i| format!("10.0.0.{i}:6443")).collect::<Vec<_>>().join(",");
+        let got: Vec<Option<&str>> = (1..=MAX_LISTED_APISERVERS).map(|n| retries_header(&list(n))).collect();
+        assert_eq!(got, [Some("0"), Some("1"), Some("2"), None, Some("4"), Some("5"), Some("6"), Some("7")]);
+        assert_eq!(UNPINNED_RETRIES, 3, "the table above assumes the routes retry 3 times");
     }
 }

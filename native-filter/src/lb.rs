@@ -27,8 +27,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use mvp_wasm_filter::route;
-use mvp_wasm_filter::urlpath::DecodedPath;
+use mvp_filter_core::route;
+use mvp_filter_core::urlpath::DecodedPath;
 
 use crate::abi::{self, EnvoyBuffer, EnvoyPtr, ModuleBuffer};
 use crate::process;
@@ -38,16 +38,31 @@ pub struct Lb {
     next: AtomicUsize,
 }
 
-/// What a choice sees of the cluster: its healthy hosts (priority 0; the
-/// clusters have no other), which the answer indexes.
+/// What a choice sees of the cluster (priority 0; the clusters have no
+/// other) in Envoy's two index spaces, which differ whenever a member is
+/// unhealthy — a rolling upgrade: the answer, and the healthy hosts'
+/// addresses, index the *healthy* hosts (`healthyHosts()`), while Envoy's
+/// `previous_hosts` predicate indexes *all* hosts (`hosts()`:
+/// `source/extensions/load_balancing_policies/dynamic_modules/abi_impl.cc`,
+/// `load_balancer.cc`). A host is carried from one to the other by its
+/// address ([`Candidates::tried`]).
 trait Candidates {
-    fn count(&self) -> usize;
-    fn address(&self, i: usize) -> Option<&[u8]>;
-    /// Tried already by this request (Envoy's `previous_hosts` predicate).
-    fn tried(&self, i: usize) -> bool;
+    fn healthy_count(&self) -> usize;
+    fn healthy_address(&self, i: usize) -> Option<&[u8]>;
+    fn host_count(&self) -> usize;
+    fn host_address(&self, j: usize) -> Option<&[u8]>;
+    /// Envoy's `previous_hosts` predicate for the host at `j` in *all* hosts.
+    fn host_tried(&self, j: usize) -> bool;
 
-    fn index_of(&self, address: &[u8]) -> Option<usize> {
-        (0..self.count()).find(|i| self.address(*i) == Some(address))
+    fn healthy_index_of(&self, address: &[u8]) -> Option<usize> {
+        (0..self.healthy_count()).find(|i| self.healthy_address(*i) == Some(address))
+    }
+
+    /// Whether this request tried the healthy host at `i` already: asked
+    /// of the predicate at that host's index in all hosts.
+    fn tried(&self, i: usize) -> bool {
+        let Some(address) = self.healthy_address(i) else { return false };
+        (0..self.host_count()).find(|j| self.host_address(*j) == Some(address)).is_some_and(|j| self.host_tried(j))
     }
 }
 
@@ -55,22 +70,32 @@ trait Candidates {
 struct Attempt {
     lb: EnvoyPtr,
     context: EnvoyPtr,
-    count: usize,
+    healthy: usize,
 }
 
 impl Candidates for Attempt {
-    fn count(&self) -> usize {
-        self.count
+    fn healthy_count(&self) -> usize {
+        self.healthy
     }
 
-    fn address(&self, i: usize) -> Option<&[u8]> {
+    fn healthy_address(&self, i: usize) -> Option<&[u8]> {
         let mut out = EnvoyBuffer::EMPTY;
         let ok = unsafe { abi::envoy_dynamic_module_callback_lb_get_healthy_host_address(self.lb, 0, i, &mut out) };
         if ok { unsafe { out.bytes() } } else { None }
     }
 
-    fn tried(&self, i: usize) -> bool {
-        unsafe { abi::envoy_dynamic_module_callback_lb_context_should_select_another_host(self.lb, self.context, 0, i) }
+    fn host_count(&self) -> usize {
+        unsafe { abi::envoy_dynamic_module_callback_lb_get_hosts_count(self.lb, 0) }
+    }
+
+    fn host_address(&self, j: usize) -> Option<&[u8]> {
+        let mut out = EnvoyBuffer::EMPTY;
+        let ok = unsafe { abi::envoy_dynamic_module_callback_lb_get_host_address(self.lb, 0, j, &mut out) };
+        if ok { unsafe { out.bytes() } } else { None }
+    }
+
+    fn host_tried(&self, j: usize) -> bool {
+        unsafe { abi::envoy_dynamic_module_callback_lb_context_should_select_another_host(self.lb, self.context, 0, j) }
     }
 }
 
@@ -82,13 +107,13 @@ impl Lb {
     /// The index of the healthy host a request goes to, or `None`: no
     /// healthy member, or none left for a retry.
     pub fn choose(&self, lb: EnvoyPtr, context: EnvoyPtr) -> Option<usize> {
-        let attempt = Attempt { lb, context, count: unsafe { abi::envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb, 0) } };
-        if attempt.count == 0 {
+        let attempt = Attempt { lb, context, healthy: unsafe { abi::envoy_dynamic_module_callback_lb_get_healthy_hosts_count(lb, 0) } };
+        if attempt.healthy == 0 {
             return None;
         }
         let next = self.next.fetch_add(1, Ordering::Relaxed);
         if context.is_null() {
-            return Some(next % attempt.count);
+            return Some(next % attempt.healthy);
         }
         let overridden = override_host(context);
         let retry = overridden.is_none() && unsafe { abi::envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context) } > 1;
@@ -98,22 +123,26 @@ impl Lb {
 
 /// The choice ([`Lb::choose`]): the override host if it is a healthy
 /// member; down the list for a retry, or for an override host that is not
-/// (`None` when none is left); else round robin from `next`, skipping hosts
-/// tried (all tried: `next`'s anyway).
+/// (`None` when none is left); else round robin from `next` — on a retry
+/// skipping hosts tried (all tried: `next`'s anyway). A first attempt has
+/// tried nothing: it asks Envoy nothing but its override host.
 fn pick(hosts: &impl Candidates, overridden: Option<&[u8]>, retry: bool, listed: impl FnOnce() -> Option<String>, next: usize) -> Option<usize> {
-    let count = hosts.count();
+    let count = hosts.healthy_count();
     if count == 0 {
         return None;
     }
-    if let Some(i) = overridden.and_then(|a| hosts.index_of(a)) {
+    if let Some(i) = overridden.and_then(|a| hosts.healthy_index_of(a)) {
         return Some(i);
     }
     if (retry || overridden.is_some())
         && let Some(l) = listed()
     {
-        return l.split(',').filter_map(|a| hosts.index_of(a.as_bytes())).find(|i| !hosts.tried(*i));
+        return l.split(',').filter_map(|a| hosts.healthy_index_of(a.as_bytes())).find(|i| !hosts.tried(*i));
     }
     let start = next % count;
+    if !retry {
+        return Some(start);
+    }
     (0..count).map(|k| (start + k) % count).find(|i| !hosts.tried(*i)).or(Some(start))
 }
 

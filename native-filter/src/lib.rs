@@ -1,7 +1,7 @@
 //! mvp-envoy's routing filter as a native Envoy dynamic module (`.so`):
-//! the same [`Router`](mvp_wasm_filter::router::Router) and
-//! [`Refresher`](mvp_wasm_filter::refresher::Refresher) as the proxy-wasm
-//! filter, on the same [`Host`](mvp_wasm_filter::host::Host) trait, over
+//! the same [`Router`](mvp_filter_core::router::Router) and
+//! [`Refresher`](mvp_filter_core::refresher::Refresher) as the proxy-wasm
+//! filter, on the same [`Host`](mvp_filter_core::host::Host) trait, over
 //! Envoy's dynamic-module ABI instead of proxy-wasm — past the proxy-wasm
 //! per-request floor (BENCHMARKS.md).
 //!

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use mvp_wasm_filter::table::RouteTable;
+use mvp_filter_core::table::RouteTable;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static SHARED: Mutex<BTreeMap<String, Vec<u8>>> = Mutex::new(BTreeMap::new());

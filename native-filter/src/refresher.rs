@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 
 use mvp_contract::plugin::PluginConfig;
-use mvp_wasm_filter::host::{Counter, Gauge};
-use mvp_wasm_filter::refresher::{Next, Refresher};
+use mvp_filter_core::host::{Counter, Gauge};
+use mvp_filter_core::refresher::{Next, Refresher};
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
 use crate::hold;
@@ -86,7 +86,7 @@ impl RefresherExtension {
         let Ok(mut r) = self.refresher.try_borrow_mut() else { return };
         let Some(call) = r.next_call() else { return };
         let host = self.host(envoy, None);
-        let sent = mvp_wasm_filter::host::Host::http_call(&host, &call.cluster, &call.headers(), &call.body, call.timeout).map(|_| ()).map_err(|e| e.to_string());
+        let sent = mvp_filter_core::host::Host::http_call(&host, &call.cluster, &call.headers(), &call.body, call.timeout).map(|_| ()).map_err(|e| e.to_string());
         let failed = sent.is_err();
         r.dispatched(&host, sent);
         if failed {

@@ -4,7 +4,7 @@
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER};
 use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
-use mvp_contract::limits::MAX_LISTED_APISERVERS;
+use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
 
 /// When a request is tried again on another capable apiserver.
@@ -79,10 +79,6 @@ fn with_ext_proc_fallback() -> Value {
 fn hosts_regex(k: usize) -> String {
     if k == 1 { "^[^,]+$".to_string() } else { format!("^[^,]+(,[^,]+){{{}}}$", k - 1) }
 }
-
-/// Retries of a request every apiserver may answer (served by all, or by
-/// none): any other member will do.
-const UNPINNED_RETRIES: usize = 3;
 
 /// Every route, twice when the front door forwards identities: first for
 /// requests carrying the requestheader user header (only the filter can set

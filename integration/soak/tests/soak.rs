@@ -18,7 +18,7 @@ async fn a_whole_upgrade_under_load_gives_no_wrong_404_and_nothing_else() {
     assert_eq!(mvp.get(WRONG_404), 0, "{table}");
     assert_eq!(mvp.get(OTHER), 0, "{table}");
     // A request only a restarting server serves is held until that server
-    // is read back (`wasm-filter/src/hold.rs`), not answered 503 meanwhile.
+    // is read back (`filter-core/src/hold.rs`), not answered 503 meanwhile.
     assert_eq!(mvp.get(STATUS_503_CAPABLE_UP), 0, "{table}");
     assert!(r.sampled[0] > 20, "{table}");
     assert_eq!(r.disruption[0][0], 0, "mvp-envoy: disruption seconds\n{table}");

@@ -8,7 +8,7 @@
 
 use std::ptr::{null, null_mut};
 
-use crate::host::{Counter, Gauge, Host, HostError, LogLevel};
+use mvp_filter_core::host::{Counter, Gauge, Host, HostError, LogLevel};
 
 const OK: u32 = 0;
 const NOT_FOUND: u32 = 1;

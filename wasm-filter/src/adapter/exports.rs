@@ -8,7 +8,7 @@
 //! Nothing here may panic: a trap breaks the worker's VM.
 
 use super::with_vm;
-use crate::router::Action;
+use mvp_filter_core::router::Action;
 
 unsafe extern "C" {
     /// wasi-libc's static constructors (a reactor module runs them in

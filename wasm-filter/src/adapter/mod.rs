@@ -19,9 +19,9 @@ use std::cell::RefCell;
 
 use mvp_contract::plugin::PluginConfig;
 
-use crate::host::{Host, LogLevel as Level};
-use crate::refresher::{Next, Refresher};
-use crate::router::{Action, FLUSH_MS, Router};
+use mvp_filter_core::host::{Host, LogLevel as Level};
+use mvp_filter_core::refresher::{Next, Refresher};
+use mvp_filter_core::router::{Action, FLUSH_MS, Router};
 use abi::AbiHost;
 
 /// What a root context was configured as. Without a router, requests pass

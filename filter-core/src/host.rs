@@ -1,16 +1,19 @@
-//! The host calls the filter's logic makes, as a trait: the wasm adapter
-//! implements it with proxy-wasm ABI calls (`adapter/abi.rs`), the tests with
-//! a fake (`host_fake.rs`), so the router and the refresher are tested
-//! natively, host-facing code included.
+//! The host calls the filter's logic makes, as a trait: the proxy-wasm
+//! build implements it with proxy-wasm ABI calls (`wasm-filter/src/adapter/abi.rs`),
+//! the native build with Envoy's dynamic-module callbacks
+//! (`native-filter/src/host.rs`), the tests with a fake (`host_fake.rs`), so
+//! the router and the refresher are tested natively, host-facing code
+//! included.
 
-/// A proxy-wasm status other than OK (and other than NotFound where absence
-/// is an answer).
+/// A failed host call: the proxy-wasm status other than OK (and other than
+/// NotFound where absence is an answer), or, in the native build, where it
+/// failed (its ABI answers only "false": `native-filter/src/host.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostError(pub u32);
 
 impl std::fmt::Display for HostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "host call failed with proxy-wasm status {}", self.0)
+        write!(f, "host call failed with status {}", self.0)
     }
 }
 
@@ -93,8 +96,12 @@ pub trait Host {
     /// x-kubernetes-peer-proxied and caps retries by the number listed. A
     /// host that can do that itself without matching the route again
     /// overrides it (the native build).
-    fn pin(&self, header: &str, hosts: &str) -> Result<(), HostError> {
-        self.set_request_header(header, hosts)
+    ///
+    /// `Ok(false)`: the host kept the answer back instead (the native build
+    /// holding a request the table answers with the 503: it is routed, and
+    /// counted, when it goes on).
+    fn pin(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.set_request_header(header, hosts).map(|()| true)
     }
     /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
     /// by the access log).

@@ -224,7 +224,8 @@ impl Router {
         };
         self.counter.set(n.wrapping_add(1));
         match host.pin(&self.config.route_header, hosts) {
-            Ok(()) => self.unflushed.set(self.unflushed.get() + 1),
+            Ok(true) => self.unflushed.set(self.unflushed.get() + 1),
+            Ok(false) => {}
             Err(e) => host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}")),
         }
     }

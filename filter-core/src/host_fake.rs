@@ -44,6 +44,9 @@ pub struct FakeHost {
     pub now: std::cell::Cell<u64>,
     /// A table decoded once for the process (the native build's host).
     pub decoded: Option<std::sync::Arc<crate::table::RouteTable>>,
+    /// Keeps every pin back (`Ok(false)`), as the native host does for a
+    /// request it is about to hold.
+    pub keep_back_pins: std::cell::Cell<bool>,
 }
 
 impl FakeHost {
@@ -91,6 +94,13 @@ impl FakeHost {
 }
 
 impl Host for FakeHost {
+    fn pin(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        if self.keep_back_pins.get() {
+            return Ok(false);
+        }
+        self.set_request_header(header, hosts).map(|()| true)
+    }
+
     fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError> {
         Ok(self.with_headers(|h| h.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone().into_bytes())))
     }

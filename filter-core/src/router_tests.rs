@@ -41,6 +41,25 @@ fn pins_requests_only_some_apiservers_serve() {
     assert_eq!(worker.counter(Counter::Rerouted), 2);
 }
 
+/// A request the host kept back (the native build holding it) is counted
+/// when it is routed at last, once — not also when it was held.
+#[test]
+fn a_request_kept_back_is_counted_once_when_it_goes_on() {
+    let refresher = published();
+    let router = Router::new(RouterConfig::default(), &refresher.sibling());
+    let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c");
+    request.keep_back_pins.set(true);
+    router.on_request_headers(&request, 1);
+    router.flush(&request);
+    assert_eq!(request.counter(Counter::Rerouted), 0, "held: not routed yet");
+    assert!(request.header_values("x-mvp-route").is_empty());
+    request.keep_back_pins.set(false);
+    router.reroute(&request);
+    router.flush(&request);
+    assert_eq!(request.counter(Counter::Rerouted), 1);
+    assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1002"]);
+}
+
 #[test]
 fn loads_a_new_table_on_the_next_request() {
     let refresher = FakeHost::default();
