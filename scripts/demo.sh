@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings up the demo on loopback: fake kube-apiservers of Kubernetes v1.30,
-# v1.33 and v1.37, mvp-ext-proc, and Envoy with the mvp wasm filter in front
+# v1.33 and v1.37, mvp-ext-proc, and Envoy with the mvp routing filter (the build
+# envoy-config picks by default: native where the Envoy loads it) in front
 # of them (the test harness's topology; integration/src/bin/demo.rs). Prints
 # what to try, then runs until Ctrl-C.
 #   scripts/demo.sh           run until Ctrl-C

@@ -79,6 +79,17 @@ pub const NATIVE_LB_NAME: &str = "apiservers";
 /// header drives.
 pub const NODE_NATIVE_MODULE: &str = "mvp_native_module";
 
+/// The node metadata key in which every bootstrap `envoy-config` renders
+/// says which routing filter build the Envoy runs (`native` or `wasm`): the
+/// connected Envoys on mvp-ext-proc's `/table` say which build routed.
+pub const NODE_FILTER_BUILD: &str = "mvp_filter";
+
+/// The Envoy release the native module is built against (its ABI,
+/// `native-filter/src/abi.rs`): Envoy promises a dynamic module built for
+/// X.Y loads in X.Y and X.(Y+1), so `envoy-config` picks the native build
+/// for those and the `.wasm` for any other.
+pub const NATIVE_MODULE_ENVOY: (u32, u32) = (1, 40);
+
 /// The request property the filter sets on a request it held (see
 /// `RouterConfig::hold`): milliseconds held, then how it ended — `routed`
 /// or `unavailable` (e.g. `312 routed`). Only with the access log on.

@@ -108,6 +108,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let (stop, stopping) = Stop::new();
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
     let ads = ads.ending_streams_at(stopping.clone()).with_max_stream_age(o.ads_max_stream_age);
+    let envoys = ads.envoys();
     let syncer = syncer.gated_on(accepted);
     let endpoints = XdsPublisher {
         options: cluster_options,
@@ -154,7 +155,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));
     let sync_task = tokio::spawn(syncer.run(members));
     let admin_task = admin_listener.map(|l| {
-        let router = admin::router(metrics.clone(), published.clone());
+        let router = admin::router(metrics.clone(), published.clone(), envoys.clone());
         let stopping = stopping.clone();
         tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(stopping.stopped()).await })
     });

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use integration::harness::{envoy_bin, ext_proc_bin, fixtures_dir, wasm_file, workspace_root};
+use integration::harness::{envoy_bin, ext_proc_bin, fixtures_dir, native_module_file, wasm_file, workspace_root};
 use serde_json::Value;
 
 fn compose() -> Value {
@@ -47,7 +47,7 @@ fn rendering_args(apiservers: &BTreeMap<String, String>, grpc_port: &str, front:
     for (name, url) in apiservers {
         args.extend(["--apiserver".into(), format!("{name}={url}")]);
     }
-    for flag in ["listen", "admin", "wasm"] {
+    for flag in ["listen", "admin", "wasm", "native-module", "envoy-version"] {
         args.extend([format!("--{flag}"), front[flag].as_str().unwrap().to_string()]);
     }
     args.extend(["--ext-proc".into(), format!("ext-proc:{grpc_port}")]);
@@ -92,7 +92,8 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     let mounts: Vec<&str> = envoy["volumes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(mounts.contains(&format!("./envoy/envoy.yaml:{config_in_container}:ro").as_str()), "{mounts:?}");
 
-    // The front door's flags: published ports, the wasm where the image has it.
+    // The front door's flags: published ports, both filter builds where the
+    // image has them, the image's Envoy release.
     let args = rendering_args(&apiservers, &grpc_port, &c["x-envoy-config"]);
     let published: Vec<String> =
         envoy["ports"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().rsplit(':').next().unwrap().to_string()).collect();
@@ -100,6 +101,8 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     assert!(published.contains(&port_of(&flag(&args, "--admin"))), "admin port not published: {published:?}");
     let dockerfile = std::fs::read_to_string(workspace_root().join("Dockerfile")).unwrap();
     assert!(dockerfile.contains(&format!("mvp_wasm_filter.wasm {}", flag(&args, "--wasm"))), "Dockerfile does not install the wasm at --wasm");
+    assert!(dockerfile.contains(&format!("libmvp_native_filter.so {}", flag(&args, "--native-module"))), "Dockerfile does not install the module at --native-module");
+    assert_eq!(dockerfile_envoy_release(), flag(&args, "--envoy-version"), "x-envoy-config's envoy-version is not the image's Envoy");
     assert!(dockerfile.contains("/usr/share/mvp/fixtures/discovery"));
 
     // envoy/envoy.yaml is exactly what the current code renders for it.
@@ -110,12 +113,29 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     }
     let yaml = std::fs::read_to_string(&path).unwrap();
     assert!(rendered == yaml, "envoy/envoy.yaml is stale: run scripts/render-envoy-config.sh");
+    // The image's Envoy loads the native module: the default picks it.
+    assert!(yaml.contains("DynamicModuleFilter") && !yaml.contains("filters.http.wasm.v3.Wasm"), "the compose front door does not run the native build");
+}
+
+/// The Envoy release the Dockerfile's envoy image runs (`FROM
+/// envoyproxy/envoy:vX.Y.Z AS envoy`).
+fn dockerfile_envoy_release() -> String {
+    let dockerfile = std::fs::read_to_string(workspace_root().join("Dockerfile")).unwrap();
+    let from = dockerfile.lines().find(|l| l.starts_with("FROM envoyproxy/envoy:v")).expect("the Dockerfile's envoy image");
+    from.trim_start_matches("FROM envoyproxy/envoy:v").split_whitespace().next().unwrap().to_string()
+}
+
+/// Both filter builds' paths in a bootstrap rendered for an image, moved
+/// to the ones built here.
+fn with_local_builds(yaml: &str) -> String {
+    yaml.replace("/usr/local/lib/mvp/mvp_wasm_filter.wasm", wasm_file().unwrap().to_str().unwrap())
+        .replace("/usr/local/lib/mvp/libmvp_native_filter.so", native_module_file().unwrap().to_str().unwrap())
 }
 
 #[test]
 fn rendered_envoy_config_loads_in_real_envoy() {
     let yaml = std::fs::read_to_string(workspace_root().join("envoy/envoy.yaml")).unwrap();
-    let local = yaml.replace("/usr/local/lib/mvp/mvp_wasm_filter.wasm", wasm_file().unwrap().to_str().unwrap());
+    let local = with_local_builds(&yaml);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("envoy.yaml");
     std::fs::write(&path, local).unwrap();
@@ -137,11 +157,51 @@ fn envoy_config_rejects_bad_flags_with_clear_errors() {
         (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "nope", "--wasm", "w", "--ext-proc", "127.0.0.1:2"], "--listen"),
         (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "nope"], "--ext-proc"),
         (vec!["--apiserver", "a=http://127.0.0.1:1", "--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "unix:grpc.sock"], "unix:/ABSOLUTE/PATH"),
+        (vec!["--listen", "127.0.0.1:1", "--wasm", "w", "--ext-proc", "127.0.0.1:2", "--envoy-version", "1.x"], "is not an Envoy release"),
+        (
+            vec!["--listen", "127.0.0.1:1", "--filter", "native", "--native-module", "n.so", "--ext-proc", "127.0.0.1:2", "--envoy-version", "1.42.0"],
+            "Envoy 1.42.0 cannot load the native module (built for Envoy 1.40, it loads in 1.40 and 1.41); use --filter wasm",
+        ),
+        (vec!["--listen", "127.0.0.1:1", "--native-module", "n.so", "--ext-proc", "127.0.0.1:2", "--envoy-version", "1.39.1"], "no --wasm"),
     ] {
         let out = Command::new(ext_proc_bin().unwrap()).arg("envoy-config").args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} succeeded");
         assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+/// `envoy-config` picks the native build when the Envoy it renders for
+/// loads it (the real Envoy here, asked its release; or --envoy-version),
+/// the `.wasm` otherwise, and says which and why on stderr.
+#[test]
+fn envoy_config_picks_the_native_build_where_the_envoy_loads_it() {
+    let (wasm, native, envoy) = (wasm_file().unwrap(), native_module_file().unwrap(), envoy_bin().unwrap());
+    let render = |extra: &[&str]| {
+        let out = Command::new(ext_proc_bin().unwrap())
+            .args(["envoy-config", "--listen", "127.0.0.1:1", "--ext-proc", "127.0.0.1:2", "--wasm"])
+            .arg(&wasm)
+            .arg("--native-module")
+            .arg(&native)
+            .args(extra)
+            .output()
+            .unwrap();
+        let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+        let build = if yaml.contains("DynamicModuleFilter") { "native" } else if yaml.contains("filters.http.wasm.v3.Wasm") { "wasm" } else { "none" };
+        (out.status.success(), build, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let envoy = envoy.to_str().unwrap();
+    // (extra flags, build, what stderr says)
+    for (extra, want, says) in [
+        (vec!["--envoy-binary", envoy], "native", "routing filter: the native build (Envoy 1.40."),
+        (vec!["--envoy-version", "1.41.0"], "native", "the native build (Envoy 1.41.0 loads it)"),
+        (vec!["--envoy-version", "1.42.0"], "wasm", "the wasm build: Envoy 1.42.0 cannot load the native module"),
+        (vec!["--envoy-binary", "/nonexistent/envoy"], "wasm", "the Envoy's release is not known (cannot run /nonexistent/envoy --version"),
+        (vec!["--envoy-binary", envoy, "--filter", "wasm"], "wasm", "the wasm build (--filter wasm)"),
+        (vec!["--envoy-binary", "/nonexistent/envoy", "--filter", "native"], "native", "--filter native; the Envoy's release is not known"),
+    ] {
+        let (ok, build, stderr) = render(&extra);
+        assert!(ok && build == want && stderr.contains(says), "{extra:?}: {build} ({stderr})");
     }
 }
 
@@ -164,19 +224,15 @@ fn fixtures_are_the_shared_real_documents() {
 
 /// The `mvp-ext-proc envoy-config` flags a manifest's init container runs:
 /// every `--flag=value` of its script, the ConfigMap's apiservers where the
-/// script reads them, and the kubeadm paths moved to `pki` and the built
-/// wasm.
+/// script reads them, and the kubeadm paths moved to `pki` and the filter
+/// builds to the ones built here.
 fn manifest_envoy_config_args(script: &str, apiservers: &[String], pki: &std::path::Path) -> Vec<String> {
     let mut args: Vec<String> = Vec::new();
     for token in script.split_whitespace() {
         if token.starts_with("$(sed") {
             args.extend(apiservers.iter().map(|a| format!("--apiserver={a}")));
         } else if token.starts_with("--") {
-            args.push(
-                token
-                    .replace("/etc/mvp/pki/", &format!("{}/", pki.display()))
-                    .replace("/usr/local/lib/mvp/mvp_wasm_filter.wasm", wasm_file().unwrap().to_str().unwrap()),
-            );
+            args.push(with_local_builds(&token.replace("/etc/mvp/pki/", &format!("{}/", pki.display()))));
         }
     }
     args
@@ -291,7 +347,10 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
     for (form, script) in [("kubeadm", init_script(&static_docs[0]["spec"])), ("workload", init_script(&deployment["spec"]["template"]["spec"]))] {
         let args = manifest_envoy_config_args(&script, &apiservers, &pki);
         assert!(args.iter().filter(|a| a.starts_with("--apiserver=")).count() == 3, "{form}: {args:?}");
+        // Rendered for the envoy image's release: the native build.
+        assert!(args.contains(&format!("--envoy-version={}", dockerfile_envoy_release())), "{form}: --envoy-version is not the image's Envoy: {args:?}");
         let yaml = mvp_ext_proc::cli::envoy_config_yaml(&args).unwrap_or_else(|e| panic!("{form}: {e:#}"));
+        assert!(yaml.contains("DynamicModuleFilter"), "{form}: not the native build");
         // The workload's two replicas: each Envoy fails over to the other
         // pod's mvp-ext-proc, with the fallback ext_proc filter for `/apis`.
         assert_eq!(yaml.contains(mvp_contract::envoy::EXT_PROC_FALLBACK_CLUSTER), form == "workload", "{form}");

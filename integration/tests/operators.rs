@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use integration::harness::{FakeSpec, FrontDoor, Options, ext_proc_bin, served_by, wait_for};
+use integration::harness::{FakeSpec, FilterBuild, FrontDoor, Options, ext_proc_bin, served_by, wait_for};
 use serde_json::Value;
 
 fn explain(door: &FrontDoor, args: &[&str]) -> (bool, String) {
@@ -74,7 +74,8 @@ async fn explain_says_where_a_request_goes_and_why() {
 }
 
 /// Envoy's access log (on by default): one JSON line per request with what
-/// an operator asks during an upgrade — where it went and why.
+/// an operator asks during an upgrade — where it went, why, and which filter
+/// build routed it (also on mvp-ext-proc's `/table`, Envoy by Envoy).
 #[tokio::test]
 async fn access_log_says_where_each_request_went() {
     let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
@@ -99,6 +100,14 @@ async fn access_log_says_where_each_request_went() {
     assert_eq!(p["userAgent"], "access-log-test/1.0");
     assert!(p["durationMs"].is_number() && p["flags"] == "-", "{p}");
     assert_eq!((s["route"].clone(), s["routedBy"].as_str(), s["code"].as_u64()), (Value::Null, Some("v1/pods"), Some(200)), "shared: load-balanced, {s}");
+    let build = match FilterBuild::from_env() {
+        FilterBuild::Native => "native",
+        _ => "wasm",
+    };
+    assert_eq!((p["filter"].as_str(), s["filter"].as_str()), (Some(build), Some(build)), "{p}");
+    let table = door.table().await.unwrap();
+    let envoys = table["envoys"].as_array().cloned().unwrap_or_default();
+    assert!(envoys.len() == 1 && envoys[0]["filter"] == build && envoys[0]["node"] == "mvp-envoy", "/table envoys: {envoys:?}");
 }
 
 /// Headless Chromium (Debian's) on the status page.

@@ -9,11 +9,13 @@ use clap::{Parser, ValueEnum};
 
 use super::{Cli, Command, PeerTlsArgs, RequestHeaderArgs};
 use crate::apiservers::ApiserverSpec;
-use crate::envoy_config::{self, EnvoyConfigOptions, FilterBuild};
+use crate::envoy_config::filter_choice::{self, EnvoyVersion, FilterChoice};
+use crate::envoy_config::{self, EnvoyConfigOptions};
 use crate::tls::FrontTls;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(super) enum FilterKind {
+    Auto,
     Wasm,
     Native,
 }
@@ -33,20 +35,27 @@ pub(super) struct EnvoyConfigArgs {
     /// Address clients connect to.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: SocketAddr,
-    /// The routing filter's build: `wasm` (mvp_wasm_filter.wasm in Envoy's
-    /// V8, any Envoy with wasm) or `native` (libmvp_native_filter.so, an
-    /// Envoy dynamic module built for Envoy 1.40.x: past the proxy-wasm
-    /// per-request floor).
-    #[arg(long, value_enum, default_value_t = FilterKind::Wasm)]
+    /// The routing filter's build: `auto` (the native module where the
+    /// Envoy loads it — a module built for Envoy X.Y loads in X.Y and
+    /// X.(Y+1) — else the `.wasm`), `native` (libmvp_native_filter.so, an
+    /// Envoy dynamic module: past the proxy-wasm per-request floor) or
+    /// `wasm` (mvp_wasm_filter.wasm in Envoy's V8, any Envoy with wasm).
+    #[arg(long, value_enum, default_value_t = FilterKind::Auto)]
     filter: FilterKind,
-    /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it (with
-    /// `--filter wasm`).
+    /// Path of the built mvp_wasm_filter.wasm, as Envoy will see it.
     #[arg(long, value_name = "PATH", required_if_eq("filter", "wasm"))]
     wasm: Option<String>,
-    /// Path of the built libmvp_native_filter.so, as Envoy will see it
-    /// (with `--filter native`).
+    /// Path of the built libmvp_native_filter.so, as Envoy will see it.
     #[arg(long, value_name = "PATH", required_if_eq("filter", "native"))]
     native_module: Option<String>,
+    /// The release of the Envoy that will run this bootstrap (X.Y or
+    /// X.Y.Z), when it is not the --envoy-binary here (an image's Envoy).
+    #[arg(long, value_name = "X.Y[.Z]", value_parser = parse_envoy_version)]
+    envoy_version: Option<EnvoyVersion>,
+    /// The Envoy that will run this bootstrap, asked for its release
+    /// (`--version`) unless --envoy-version is given.
+    #[arg(long, value_name = "PATH", default_value = "envoy")]
+    envoy_binary: std::path::PathBuf,
     /// mvp-ext-proc's --grpc-listen address as Envoy reaches it: IP:PORT,
     /// HOST:PORT, or unix:/PATH. Repeat it for replicas, the preferred one
     /// first (e.g. the one on the same node): Envoy uses the first healthy
@@ -97,6 +106,10 @@ pub(super) struct EnvoyConfigArgs {
     output: Option<std::path::PathBuf>,
 }
 
+fn parse_envoy_version(s: &str) -> Result<EnvoyVersion, String> {
+    s.parse()
+}
+
 pub(super) fn envoy_config(a: EnvoyConfigArgs) -> anyhow::Result<()> {
     let output = a.output.clone();
     let yaml = render_envoy_config(a, &envoy_config::rendering_command(std::env::args().skip(1)))?;
@@ -118,6 +131,19 @@ pub fn envoy_config_yaml(args: &[String]) -> anyhow::Result<String> {
 }
 
 fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<String> {
+    let choice = match a.filter {
+        FilterKind::Auto => FilterChoice::Auto,
+        FilterKind::Native => FilterChoice::Native,
+        FilterKind::Wasm => FilterChoice::Wasm,
+    };
+    let (version, binary) = (a.envoy_version, a.envoy_binary.clone());
+    let chosen = filter_choice::choose(choice, a.wasm.clone(), a.native_module.clone(), || match version {
+        Some(v) => Ok(v),
+        None => EnvoyVersion::of_binary(&binary),
+    })
+    .map_err(anyhow::Error::msg)?;
+    // Where the operator reads it: the init container's log, the terminal.
+    eprintln!("envoy-config: routing filter: {}", chosen.why);
     let front_tls = FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
     let opts = EnvoyConfigOptions {
         front_tls,
@@ -126,12 +152,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         apiservers: a.apiservers,
         listen: a.listen,
         admin: a.admin,
-        filter: match (a.filter, a.wasm, a.native_module) {
-            (FilterKind::Wasm, Some(wasm), _) => FilterBuild::Wasm(wasm),
-            (FilterKind::Native, _, Some(module)) => FilterBuild::Native(module),
-            (FilterKind::Wasm, ..) => anyhow::bail!("--filter wasm needs --wasm"),
-            (FilterKind::Native, ..) => anyhow::bail!("--filter native needs --native-module"),
-        },
+        filter: chosen.build,
         ext_proc: a.ext_proc,
         table_poll_interval: a.table_poll_interval,
         hold_unavailable: a.hold_unavailable,

@@ -103,8 +103,9 @@ fn local_replies() -> Vec<Value> {
 /// or OpenAPI document; null for paths it does not route), `route` the
 /// override-host list for requests it pinned (null: load-balanced over
 /// every apiserver); `held` for a request held for a newer table, how long
-/// and how it ended (`312 routed`, `1000 unavailable`); `user` only when the
-/// front door verified a client certificate.
+/// and how it ended (`312 routed`, `1000 unavailable`); `filter` the build
+/// that routed it (`native`, `wasm`); `user` only when the front door
+/// verified a client certificate.
 fn access_log(o: &EnvoyConfigOptions) -> Value {
     let user = format!("%REQ({})%", o.requestheader.username_header());
     // The native build lists them in filter state, not in the route header.
@@ -129,6 +130,8 @@ fn access_log(o: &EnvoyConfigOptions) -> Value {
                 "route": listed,
                 "routedBy": format!("%FILTER_STATE({ROUTE_KEY_FILTER_STATE}:PLAIN)%"),
                 "held": format!("%FILTER_STATE({HELD_FILTER_STATE}:PLAIN)%"),
+                // Which build routed: fixed per bootstrap.
+                "filter": o.filter.name(),
                 "user": user,
                 "userAgent": "%REQ(USER-AGENT)%",
                 "client": "%DOWNSTREAM_REMOTE_ADDRESS%",

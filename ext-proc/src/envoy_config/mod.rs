@@ -20,6 +20,7 @@
 //!   never past it ([`routes`]).
 
 mod static_cluster;
+pub mod filter_choice;
 mod filters;
 mod hcm;
 mod listener;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER, NODE_NATIVE_MODULE};
+use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER, NODE_FILTER_BUILD, NODE_NATIVE_MODULE};
 
 use crate::apiservers::ApiserverSpec;
 use crate::tls::{FrontTls, PeerTls, RequestHeaderNames};
@@ -43,6 +44,16 @@ pub enum FilterBuild {
     /// `libmvp_native_filter.so`, an Envoy dynamic module: past the
     /// proxy-wasm per-request floor, but built for one Envoy (1.40.x).
     Native(String),
+}
+
+impl FilterBuild {
+    /// `native` or `wasm`: in the node metadata and the access log.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FilterBuild::Wasm(_) => "wasm",
+            FilterBuild::Native(_) => "native",
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -174,16 +185,19 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
     }))
 }
 
-/// Optional parts are rendered as null; Envoy wants them absent.
-/// Envoy's node; the native build names its module in the metadata, so
-/// mvp-ext-proc serves it clusters with the module's load balancer.
+/// Envoy's node. Its metadata says which filter build it runs (mvp-ext-proc's
+/// `/table` lists connected Envoys by it); the native build's names its
+/// module, so mvp-ext-proc serves it clusters with the module's balancer.
 fn node(filter: &FilterBuild) -> Value {
     match filter {
-        FilterBuild::Wasm(_) => json!({"id": "mvp-envoy", "cluster": "mvp-envoy"}),
-        FilterBuild::Native(module) => json!({"id": "mvp-envoy", "cluster": "mvp-envoy", "metadata": {NODE_NATIVE_MODULE: module}}),
+        FilterBuild::Wasm(_) => json!({"id": "mvp-envoy", "cluster": "mvp-envoy", "metadata": {NODE_FILTER_BUILD: filter.name()}}),
+        FilterBuild::Native(module) => {
+            json!({"id": "mvp-envoy", "cluster": "mvp-envoy", "metadata": {NODE_FILTER_BUILD: filter.name(), NODE_NATIVE_MODULE: module}})
+        }
     }
 }
 
+/// Optional parts are rendered as null; Envoy wants them absent.
 fn drop_nulls(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -295,7 +309,12 @@ mod tests {
         // The node names the module (mvp-ext-proc then serves the clusters
         // with its load balancer); the wasm build's names none.
         assert_eq!(v["node"]["metadata"]["mvp_native_module"], "/m/libmvp_native_filter.so");
-        assert!(wasm["node"].get("metadata").is_none(), "{}", wasm["node"]);
+        assert!(wasm["node"]["metadata"].get("mvp_native_module").is_none(), "{}", wasm["node"]);
+        // Which build routed: mvp-ext-proc's /table (by the node) and the
+        // access log say so.
+        assert_eq!((&v["node"]["metadata"]["mvp_filter"], &wasm["node"]["metadata"]["mvp_filter"]), (&json!("native"), &json!("wasm")));
+        let log = |v: &Value| v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["access_log"][0]["typed_config"]["log_format"]["json_format"]["filter"].clone();
+        assert_eq!((log(&v), log(&wasm)), (json!("native"), json!("wasm")));
     }
 
     /// The router plugin's configuration, as the filter parses it.

@@ -1,7 +1,7 @@
 //! mvp-ext-proc's HTTP admin surface on `--metrics-listen`: `/metrics`
 //! (Prometheus), `/healthz`, `/readyz` (after the first discovery round) and
-//! `/table` (the current table and each apiserver's state, for operators and
-//! tests).
+//! `/table` (the current table, each apiserver's state and the connected
+//! Envoys with the filter build each runs, for operators and tests).
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -17,6 +17,7 @@ use crate::merge::MergedDocument;
 use crate::metrics::Metrics;
 use crate::openapi::MergedOpenApi;
 use crate::sync::States;
+use crate::xds::ConnectedEnvoys;
 use mvp_protos::routing::v1 as pb;
 
 /// What operators see: the member states and what each plane made of them.
@@ -37,6 +38,7 @@ pub struct Published {
 struct AdminState {
     metrics: Arc<Metrics>,
     published: Published,
+    envoys: ConnectedEnvoys,
     counted: Arc<Counted>,
 }
 
@@ -78,7 +80,7 @@ impl Counted {
     }
 }
 
-pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
+pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvoys) -> axum::Router {
     axum::Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics_handler))
@@ -86,7 +88,7 @@ pub fn router(metrics: Arc<Metrics>, published: Published) -> axum::Router {
         .route("/readyz", get(readyz))
         .route("/table", get(table_handler))
         .route("/debug/route", get(debug_route))
-        .with_state(AdminState { metrics, published, counted: Arc::default() })
+        .with_state(AdminState { metrics, published, envoys, counted: Arc::default() })
 }
 
 async fn metrics_handler(State(s): State<AdminState>) -> Response {
@@ -173,6 +175,8 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
         "resources": resources,
         "bytes": bytes,
         "apiservers": apiservers,
+        // Which routing filter build each connected Envoy runs.
+        "envoys": s.envoys.to_json(),
         "discovery": merged.map(|m| serde_json::json!({
             "etag": m.etag,
             "groups": m.groups,

@@ -30,6 +30,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::acks::Streams;
+use super::envoys::ConnectedEnvoys;
 use crate::sync::accepted::{ACK_GRACE, Accepted};
 use super::clusters::{native_module, with_native_lb};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
@@ -48,6 +49,8 @@ pub struct AdsServer {
     stopping: Stopping,
     /// Streams end after about this long (`--ads-max-stream-age`).
     max_age: Option<Duration>,
+    /// Who is connected, for `/table`.
+    envoys: ConnectedEnvoys,
 }
 
 impl AdsServer {
@@ -61,6 +64,7 @@ impl AdsServer {
             metrics,
             stopping: Stopping::never(),
             max_age: None,
+            envoys: ConnectedEnvoys::default(),
         };
         (s, rx)
     }
@@ -79,6 +83,11 @@ impl AdsServer {
     /// 30 min).
     pub fn with_max_stream_age(self, age: Option<Duration>) -> AdsServer {
         AdsServer { max_age: age.filter(|a| !a.is_zero()), ..self }
+    }
+
+    /// The Envoys connected now, and the build each runs.
+    pub fn envoys(&self) -> ConnectedEnvoys {
+        self.envoys.clone()
     }
 
     pub fn service(self) -> AggregatedDiscoveryServiceServer<AdsServer> {
@@ -184,6 +193,7 @@ impl StreamLoop {
         if let Some(n) = &req.node {
             self.node = n.id.clone();
             self.native_module = native_module(n);
+            self.server.envoys.seen(self.id, n);
         }
         let snapshot = self.server.snapshot.borrow().clone();
         if snapshot.resources(&req.type_url).is_none() {
@@ -366,6 +376,7 @@ impl AggregatedDiscoveryService for AdsServer {
                 st.acked.remove(&id);
                 st.lagging.remove(&id);
             });
+            l.server.envoys.gone(id);
             l.server.metrics.xds_streams(-1);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

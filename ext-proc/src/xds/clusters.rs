@@ -300,11 +300,7 @@ fn native_lb_policy(module: &str) -> cluster::LoadBalancingPolicy {
 /// The native build's module path, if the Envoy's node metadata names one
 /// (the bootstrap `envoy-config --filter native` renders says so).
 pub fn native_module(node: &core::Node) -> Option<String> {
-    use envoy_types::pb::google::protobuf::value::Kind;
-    match node.metadata.as_ref()?.fields.get(NODE_NATIVE_MODULE)?.kind.as_ref()? {
-        Kind::StringValue(s) if !s.is_empty() => Some(s.clone()),
-        _ => None,
-    }
+    super::envoys::node_metadata(node, NODE_NATIVE_MODULE)
 }
 
 /// A served cluster as an Envoy running the native build gets it (the

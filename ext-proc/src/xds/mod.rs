@@ -20,6 +20,7 @@ pub mod acks;
 pub mod ads;
 pub mod clusters;
 pub mod endpoints;
+pub mod envoys;
 pub mod plane;
 
 use std::collections::BTreeSet;
@@ -35,6 +36,7 @@ use sha2::{Digest, Sha256};
 pub use ads::AdsServer;
 pub use clusters::ClusterOptions;
 pub use endpoints::EndpointMember;
+pub use envoys::ConnectedEnvoys;
 pub use plane::XdsPublisher;
 
 pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";

@@ -1,8 +1,11 @@
 //! `demo [--smoke]`: the README's demo, started by `scripts/demo.sh`. Fake
 //! kube-apiservers of Kubernetes v1.30, v1.33 and v1.37, mvp-ext-proc, and
-//! Envoy with the mvp wasm filter in front of them: the test harness's
-//! front door on fixed loopback ports. Prints what to try, then runs until
-//! Ctrl-C; `--smoke` checks that skewed APIs reach their server and exits.
+//! Envoy with the mvp routing filter in front of them: the test harness's
+//! front door on fixed loopback ports. The filter build is the one
+//! `envoy-config` picks by default (native where the Envoy loads it;
+//! `MVP_FILTER=wasm|native` forces one). Prints what to try, then runs until
+//! Ctrl-C; `--smoke` checks that skewed APIs reach their server, and that
+//! the default picked the native build for the Envoy that loads it, and exits.
 //!
 //! Ports move with `MVP_DEMO_PORT_BASE` (default 8400): front door BASE+43,
 //! Envoy admin BASE+1, mvp-ext-proc gRPC BASE+10 and metrics BASE+90,
@@ -12,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use integration::harness::{FrontDoor, Options, Ports, workspace_root};
+use integration::harness::{FilterBuild, FrontDoor, Options, Ports, workspace_root};
 
 #[derive(Parser)]
 struct Args {
@@ -36,9 +39,13 @@ async fn main() -> Result<()> {
         refresh_interval: Duration::from_millis(500),
         fixed_ports: Some((ports, vec![base + 30, base + 33, base + 37])),
         dir: Some(dir.clone()),
+        filter: Some(if std::env::var_os("MVP_FILTER").is_some() { FilterBuild::from_env() } else { FilterBuild::Auto }),
         ..Options::default()
     };
-    let door = FrontDoor::start(&specs, options).await.context("starting the demo")?;
+    let door = FrontDoor::start(&specs, options.clone()).await.context("starting the demo")?;
+    // Which build routes, as mvp-ext-proc's /table lists the connected Envoy.
+    door.wait_table_published(|t| t["envoys"][0]["filter"].is_string()).await.context("the Envoy's filter build on /table")?;
+    let build = door.table().await.and_then(|t| t["envoys"][0]["filter"].as_str().map(str::to_string)).unwrap_or_default();
     let front = format!("http://127.0.0.1:{}", ports.listen);
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
@@ -49,6 +56,9 @@ async fn main() -> Result<()> {
     )?;
 
     if args.smoke {
+        if options.filter == Some(FilterBuild::Auto) && build != "native" {
+            bail!("smoke: envoy-config's default picked the {build:?} build for an Envoy 1.40, which loads the native one");
+        }
         for _ in 0..3 {
             for (path, want) in SKEWED {
                 let resp = door.http.get(door.url(path)).send().await?;
@@ -58,7 +68,7 @@ async fn main() -> Result<()> {
                 }
             }
         }
-        println!("demo smoke: ok (v1.37-only and v1.30-only APIs each reached their server)");
+        println!("demo smoke: ok (the {build} build routes; v1.37-only and v1.30-only APIs each reached their server)");
         return Ok(());
     }
 
@@ -67,6 +77,7 @@ async fn main() -> Result<()> {
     println!(
         r#"
 mvp-envoy demo is up. Front door: {front}  (apiservers v1.30, v1.33, v1.37 behind it)
+Envoy routes with the {build} filter build (envoy-config's pick for this Envoy; MVP_FILTER=wasm|native forces one)
 
   # a v1.37-only API: always answered by v137
   curl -s {front}/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests -D - -o /dev/null | grep x-fake-apiserver

@@ -93,6 +93,9 @@ impl FrontDoor {
         topology.tls = options.tls.clone();
         topology.serve_extra = options.ext_proc_args.clone();
         topology.hold_unavailable = options.hold_unavailable;
+        if let Some(filter) = options.filter {
+            topology.filter = filter;
+        }
         if options.grpc_over_unix {
             topology.grpc_unix = Some(dir.path().join("mvp-ext-proc.sock"));
         }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::tools::FilterBuild;
 use super::topology::Ports;
 use crate::pki::Pki;
 
@@ -43,6 +44,8 @@ pub struct Options {
     pub replicas: usize,
     /// `envoy-config --hold-unavailable` (the product's default otherwise).
     pub hold_unavailable: Option<Duration>,
+    /// The routing filter build (`MVP_FILTER`'s otherwise).
+    pub filter: Option<FilterBuild>,
 }
 
 impl Default for Options {
@@ -61,6 +64,7 @@ impl Default for Options {
             grpc_over_unix: false,
             replicas: 1,
             hold_unavailable: None,
+            filter: None,
         }
     }
 }

@@ -54,11 +54,15 @@ pub fn native_module_file() -> Result<PathBuf> {
 
 /// The routing filter build Envoy loads in a test: `MVP_FILTER=native`
 /// runs a suite with the native build, anything else (or nothing) with the
-/// `.wasm`.
+/// `.wasm`; the demo lets `envoy-config` pick ([`FilterBuild::Auto`]), as a
+/// user's front door does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FilterBuild {
     Wasm,
     Native,
+    /// Both builds given, the test Envoy asked for its release: the
+    /// product's default (`--filter auto`).
+    Auto,
 }
 
 impl FilterBuild {
@@ -71,9 +75,18 @@ impl FilterBuild {
 
     /// `envoy-config`'s flags for it.
     pub fn envoy_config_flags(self) -> Result<Vec<String>> {
+        let path = |p: PathBuf| p.to_string_lossy().into_owned();
         Ok(match self {
-            FilterBuild::Wasm => vec!["--wasm".into(), wasm_file()?.to_string_lossy().into_owned()],
-            FilterBuild::Native => vec!["--filter".into(), "native".into(), "--native-module".into(), native_module_file()?.to_string_lossy().into_owned()],
+            FilterBuild::Wasm => vec!["--filter".into(), "wasm".into(), "--wasm".into(), path(wasm_file()?)],
+            FilterBuild::Native => vec!["--filter".into(), "native".into(), "--native-module".into(), path(native_module_file()?)],
+            FilterBuild::Auto => vec![
+                "--wasm".into(),
+                path(wasm_file()?),
+                "--native-module".into(),
+                path(native_module_file()?),
+                "--envoy-binary".into(),
+                path(envoy_bin()?),
+            ],
         })
     }
 }
