@@ -4,7 +4,8 @@
 /// request; read by the apiservers cluster's override-host policy. Envoy's
 /// early header mutation strips it from every client request, so only the
 /// filter can set it. The native build writes it only for the unavailable
-/// answers (it pins by override host: `native-filter/src/lb.rs`).
+/// answers and [`IDENTITY_REFUSED`] (it pins by override host:
+/// `native-filter/src/lb.rs`).
 pub const ROUTE: &str = "x-mvp-route";
 
 /// The [`ROUTE`] value for a request only closed apiservers serve (draining,
@@ -22,6 +23,12 @@ pub const UNAVAILABLE: &str = "unavailable";
 /// unaggregated discovery answers an unavailable group-version 503 without
 /// one; requests for resources keep it.
 pub const UNAVAILABLE_DOCUMENT: &str = "unavailable-document";
+
+/// The [`ROUTE`] value on a request the filter answered 401 itself: its
+/// client certificate names a user or group a header cannot carry exactly
+/// (`filter-core/src/identity.rs`). Envoy's local reply mapper turns the
+/// answer into kube's `Unauthorized` Status by it.
+pub const IDENTITY_REFUSED: &str = "refused-identity";
 
 /// kube-apiserver's loop guard: a request carrying it is never proxied to a
 /// peer again. Envoy's route table adds it to requests the filter pinned;

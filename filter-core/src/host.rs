@@ -32,6 +32,9 @@ pub enum Counter {
     /// Requests answered 503 at once that could have been held: the
     /// worker held its most already, or the call could not be made.
     HoldRefused,
+    /// Requests answered 401: their client certificate names a user or
+    /// group a header cannot carry exactly (`identity.rs`).
+    IdentityRefused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +47,7 @@ pub enum Gauge {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 7] = [
+    pub const ALL: [Counter; 8] = [
         Counter::Rerouted,
         Counter::TableLoads,
         Counter::TableErrors,
@@ -52,6 +55,7 @@ impl Counter {
         Counter::Held,
         Counter::HeldThenUnavailable,
         Counter::HoldRefused,
+        Counter::IdentityRefused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +67,7 @@ impl Counter {
             Counter::Held => "mvp.router.held_requests",
             Counter::HeldThenUnavailable => "mvp.router.held_then_unavailable",
             Counter::HoldRefused => "mvp.router.hold_refused",
+            Counter::IdentityRefused => "mvp.router.identity_refused",
         }
     }
 }
@@ -106,6 +111,10 @@ pub trait Host {
     /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
     /// by the access log).
     fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError>;
+    /// Answers the current request with `status` and no body (Envoy's local
+    /// reply, whose mapper writes kube's Status), `details` its response
+    /// code details (no spaces). The request goes no further.
+    fn send_local_reply(&self, status: u32, details: &str) -> Result<(), HostError>;
     /// The verified client certificate's subject (RFC 2253), empty or absent
     /// without one (Envoy's `connection.subject_peer_certificate`).
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError>;

@@ -47,6 +47,8 @@ pub struct FakeHost {
     /// Keeps every pin back (`Ok(false)`), as the native host does for a
     /// request it is about to hold.
     pub keep_back_pins: std::cell::Cell<bool>,
+    /// Local replies sent: (status, details).
+    pub replies: RefCell<Vec<(u32, String)>>,
 }
 
 impl FakeHost {
@@ -120,6 +122,11 @@ impl Host for FakeHost {
 
     fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError> {
         self.properties.borrow_mut().insert(name.into(), value.to_vec());
+        Ok(())
+    }
+
+    fn send_local_reply(&self, status: u32, details: &str) -> Result<(), HostError> {
+        self.replies.borrow_mut().push((status, details.into()));
         Ok(())
     }
 

@@ -8,6 +8,44 @@
 //! `XN_FLAG_RFC2253`): RDNs most-specific first (the reverse of certificate
 //! order), `,` between RDNs, `+` inside a multi-valued RDN, and `\X` / `\XX`
 //! escapes (special characters, and every byte of a non-ASCII character).
+//!
+//! The identity travels to the apiserver in request headers, which cannot
+//! carry every byte a certificate can: an escape decodes to any byte (`\0D`,
+//! `\0A`, `\00`), and HTTP trims the spaces around a value. A user or group
+//! that a header would not carry exactly is refused ([`Uncarriable`]), never
+//! forwarded altered — and never left to Envoy, whose router would refuse the
+//! request with a 503 a client retries forever.
+
+/// Why a subject's identity cannot be forwarded: the attribute (`CN`, `O`)
+/// and what its value holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uncarriable {
+    pub attribute: &'static str,
+    pub holds: &'static str,
+}
+
+impl Uncarriable {
+    /// For Envoy's response code details (no spaces), e.g.
+    /// `mvp_identity_refused{CN_control_character}`.
+    pub fn details(&self) -> String {
+        format!("mvp_identity_refused{{{}_{}}}", self.attribute, self.holds)
+    }
+}
+
+/// The value as a header carries it, or why it cannot: only UTF-8 (what
+/// Go's x509 parser accepts), no control character (CR and LF would end the
+/// header, NUL cut it; Envoy and Go refuse them all), no space at either end
+/// (HTTP trims it: the apiserver would read another name).
+fn carriable(attribute: &'static str, bytes: Vec<u8>) -> Result<String, Uncarriable> {
+    let refuse = |holds| Uncarriable { attribute, holds };
+    if bytes.iter().any(|b| *b < 0x20 || *b == 0x7f) {
+        return Err(refuse("control_character"));
+    }
+    if bytes.first() == Some(&b' ') || bytes.last() == Some(&b' ') {
+        return Err(refuse("edge_space"));
+    }
+    String::from_utf8(bytes).map_err(|_| refuse("not_utf8"))
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClientIdentity {
@@ -15,9 +53,10 @@ pub struct ClientIdentity {
     pub groups: Vec<String>,
 }
 
-/// `None` when there is no CN: kube rejects such a certificate too
-/// ("no subject common name"), so no identity is forwarded.
-pub fn from_rfc2253(subject: &[u8]) -> Option<ClientIdentity> {
+/// `Ok(None)` when there is no CN: kube rejects such a certificate too
+/// ("no subject common name"), so no identity is forwarded. An error when
+/// the user (the CN that wins) or a group cannot be carried exactly.
+pub fn from_rfc2253(subject: &[u8]) -> Result<Option<ClientIdentity>, Uncarriable> {
     let mut rdns: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![vec![]];
     let mut key: Vec<u8> = Vec::new();
     let mut value: Vec<u8> = Vec::new();
@@ -76,15 +115,16 @@ pub fn from_rfc2253(subject: &[u8]) -> Option<ClientIdentity> {
     let mut user = None;
     let mut groups = Vec::new();
     for (k, v) in attrs {
-        let v = String::from_utf8_lossy(&v).into_owned();
         match k.trim_ascii() {
             b"CN" => user = Some(v),
             b"O" => groups.push(v),
             _ => {}
         }
     }
-    let user = user.filter(|u| !u.is_empty())?;
-    Some(ClientIdentity { user, groups })
+    let Some(user) = user.filter(|u| !u.is_empty()) else { return Ok(None) };
+    let user = carriable("CN", user)?;
+    let groups = groups.into_iter().map(|g| carriable("O", g)).collect::<Result<_, _>>()?;
+    Ok(Some(ClientIdentity { user, groups }))
 }
 
 #[cfg(test)]

@@ -30,6 +30,8 @@ pub enum Action {
     Continue,
     /// Held (`hold.rs`): the request goes on from `on_hold_answer`.
     Pause,
+    /// Answered by the filter itself (a local reply): it goes no further.
+    Answered,
 }
 
 /// State a worker's HTTP contexts share with its root context.
@@ -68,8 +70,10 @@ impl Router {
 
     /// `context`: the request's proxy-wasm context, for a hold's answer.
     pub fn on_request_headers<H: Host>(&self, host: &H, context: u32) -> Action {
-        if let Some(names) = &self.config.identity {
-            forward_identity(host, names);
+        if let Some(names) = &self.config.identity
+            && forward_identity(host, names, &self.config.route_header).is_err()
+        {
+            return Action::Answered;
         }
         self.load_table(host);
         let Some(path) = request_path(host) else { return Action::Continue };
@@ -274,23 +278,46 @@ fn request_path<H: Host>(host: &H) -> Option<Vec<u8>> {
 /// Forwards a verified client certificate's identity. Envoy's early header
 /// mutation already removed any client-sent identity headers, so these are
 /// the only ones the apiserver sees; without a certificate the client's own
-/// credentials (e.g. a bearer token) speak for it.
-fn forward_identity<H: Host>(host: &H, names: &IdentityConfig) {
+/// credentials (e.g. a bearer token) speak for it. An identity a header
+/// cannot carry exactly is answered 401 here (the error): forwarded altered
+/// it would be someone else, and dropped the request would go on as
+/// nobody — or, left to Envoy, be refused with a 503 clients retry forever.
+fn forward_identity<H: Host>(host: &H, names: &IdentityConfig, route_header: &str) -> Result<(), identity::Uncarriable> {
     let subject = match host.peer_certificate_subject() {
         Ok(Some(s)) if !s.is_empty() => s,
-        Ok(_) => return,
+        Ok(_) => return Ok(()),
         Err(e) => {
             host.log(LogLevel::Warn, &format!("mvp router: reading the client certificate subject: {e}"));
-            return;
+            return Ok(());
         }
     };
-    let Some(id) = identity::from_rfc2253(&subject) else { return };
+    let id = match identity::from_rfc2253(&subject) {
+        Ok(Some(id)) => id,
+        Ok(None) => return Ok(()),
+        Err(refused) => {
+            refuse_identity(host, route_header, refused);
+            return Err(refused);
+        }
+    };
     let mut result = host.set_request_header(&names.username_header, &id.user);
     for g in &id.groups {
         result = result.and_then(|_| host.add_request_header(&names.group_header, g));
     }
     if let Err(e) = result {
         host.log(LogLevel::Warn, &format!("mvp router: setting identity headers: {e}"));
+    }
+    Ok(())
+}
+
+/// The 401: marked on the route header (clients cannot send it), so
+/// Envoy's local reply mapper writes kube's `Unauthorized` Status for it;
+/// the details name the attribute and what it holds (the access log's
+/// `details`).
+fn refuse_identity<H: Host>(host: &H, route_header: &str, refused: identity::Uncarriable) {
+    host.count(Counter::IdentityRefused, 1);
+    let marked = host.set_request_header(route_header, mvp_contract::headers::IDENTITY_REFUSED);
+    if let Err(e) = marked.and_then(|()| host.send_local_reply(401, &refused.details())) {
+        host.log(LogLevel::Warn, &format!("mvp router: answering 401 for a client certificate it cannot forward: {e}"));
     }
 }
 

@@ -101,6 +101,28 @@ fn forwards_a_verified_certificate_identity() {
     }
 }
 
+/// A certificate whose user or group a header cannot carry exactly is
+/// answered 401 by the filter: nothing forwarded, nothing routed, the
+/// route header marked for the local reply mapper's Status.
+#[test]
+fn refuses_an_identity_a_header_cannot_carry() {
+    let names = IdentityConfig { username_header: "x-remote-user".into(), group_header: "x-remote-group".into() };
+    let config = RouterConfig { identity: Some(names), ..RouterConfig::default() };
+    let router = Router::new(config, &FakeHost::default());
+    for (subject, details) in [
+        (&b"CN=x\\0D\\0AX-Remote-Group: system:masters"[..], "mvp_identity_refused{CN_control_character}"),
+        (b"CN=alice,O=system:masters\\00", "mvp_identity_refused{O_control_character}"),
+        (b"CN=system:admin\\ ", "mvp_identity_refused{CN_edge_space}"),
+    ] {
+        let request = FakeHost { subject: Some(subject.to_vec()), ..FakeHost::default() }.with_path("/apis/resource.k8s.io/v1/resourceclaims");
+        assert_eq!(router.on_request_headers(&request, 1), Action::Answered);
+        assert_eq!(*request.replies.borrow(), [(401, details.to_string())]);
+        assert!(request.header_values("x-remote-user").is_empty() && request.header_values("x-remote-group").is_empty());
+        assert_eq!(request.header_values("x-mvp-route"), [mvp_contract::headers::IDENTITY_REFUSED]);
+        assert_eq!(request.counter(Counter::IdentityRefused), 1);
+    }
+}
+
 mod hold {
     use super::*;
     use mvp_contract::headers::UNAVAILABLE;

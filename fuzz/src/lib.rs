@@ -83,10 +83,17 @@ pub fn table_decode(data: &[u8]) {
 }
 
 /// Any bytes where Envoy's RFC 2253 subject would be: no panic (a panic
-/// would break the worker's VM). Envoy never sends most of these; the
-/// parser must survive them anyway.
+/// would break the worker's VM), and no identity let through that a header
+/// value cannot carry exactly (a control character, a space at either end:
+/// an identity the apiserver would read differently, or Envoy refuse).
+/// Envoy never sends most of these; the parser must survive them anyway.
 pub fn subject(data: &[u8]) {
-    let _ = mvp_filter_core::identity::from_rfc2253(data);
+    if let Ok(Some(id)) = mvp_filter_core::identity::from_rfc2253(data) {
+        for v in std::iter::once(&id.user).chain(&id.groups) {
+            let carried = !v.bytes().any(|b| b < 0x20 || b == 0x7f) && !v.starts_with(' ') && !v.ends_with(' ');
+            assert!(carried, "an identity a header cannot carry exactly was let through: {v:?}");
+        }
+    }
 }
 
 pub fn discovery_merge(data: &[u8]) {

@@ -117,6 +117,46 @@ async fn several_common_names_forward_the_one_kube_would_read() {
     assert!(logged.is_ok(), "no access log line with user admin for {NEW_ONLY}");
 }
 
+/// A client certificate, signed by the client CA, whose user or group a
+/// header cannot carry exactly (a CR LF that would start a forged
+/// `X-Remote-Group: system:masters`, a NUL, a trailing space HTTP trims) is
+/// answered 401 by the filter itself, with kube's `Unauthorized` Status that
+/// says why, over HTTP/2 and HTTP/1.1: it reaches no apiserver, and it is
+/// never Envoy's 503 (its router refused such a header value; clients retry
+/// a 503 forever).
+#[tokio::test]
+async fn an_identity_a_header_cannot_carry_gets_a_401_status_not_a_503() {
+    let s = setup(Options::default()).await;
+    let cases = [
+        ("crlf", "x\r\nX-Remote-Group: system:masters", "dev", "CN_control_character"),
+        ("lf", "y\nX-Remote-Group: system:masters", "dev", "CN_control_character"),
+        ("nul", "z\0admin", "dev", "CN_control_character"),
+        ("space", "alice", "system:masters ", "O_edge_space"),
+    ];
+    for (file, cn, group, details) in cases {
+        let cert = s.pki.clients.client(s.pki_dir.path(), file, cn, &[group]).unwrap();
+        for http2 in [true, false] {
+            for path in [NEW_ONLY, EVERYONE] {
+                let resp = s.door.https(Some(&cert), http2).unwrap().get(s.door.url(path)).send().await.unwrap();
+                let (status, reached) = (resp.status(), resp.headers().get("x-fake-apiserver").cloned());
+                let v: Value = resp.json().await.unwrap();
+                assert_eq!((status.as_u16(), reached), (401, None), "{file} http2={http2} {path}: {v}");
+                assert_eq!((&v["kind"], &v["code"], &v["reason"]), (&"Status".into(), &401.into(), &"Unauthorized".into()), "{v}");
+                assert!(v["message"].as_str().unwrap_or("").contains("cannot be forwarded to the apiserver exactly"), "{v}");
+            }
+        }
+        // The access log says which attribute and what it holds.
+        let want = format!("mvp_identity_refused{{{details}}}");
+        let logged = integration::harness::wait_for("the access log line", Duration::from_secs(10), || async {
+            let text = std::fs::read_to_string(&s.door.envoy.log).ok()?;
+            text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|l| l["details"] == want.as_str() && l["code"] == 401)
+        })
+        .await;
+        assert!(logged.is_ok(), "no access log line with details {want}");
+    }
+    assert_eq!(s.door.envoy_stat("wasmcustom.mvp.router.identity_refused").await, Some(16));
+}
+
 /// Identity and routing headers a client sends never reach an apiserver,
 /// and a certificate from an untrusted CA cannot even connect.
 #[tokio::test]

@@ -81,6 +81,9 @@ pub const CALLOUT_INIT_SUCCESS: u32 = 0;
 pub const CALLOUT_SUCCESS: u32 = 0;
 /// `..._on_http_filter_request_headers_status_Continue`.
 pub const HEADERS_CONTINUE: u32 = 0;
+/// `..._on_http_filter_request_headers_status_StopIteration`: a request the
+/// filter answered itself.
+pub const HEADERS_STOP_ITERATION: u32 = 1;
 /// `..._on_http_filter_request_headers_status_StopAllIterationAndWatermark`:
 /// a held request, its body held too (what proxy-wasm's pause becomes).
 pub const HEADERS_STOP_ALL_WATERMARK: u32 = 4;
@@ -97,6 +100,16 @@ unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_http_set_header(filter: EnvoyPtr, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_add_header(filter: EnvoyPtr, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter: EnvoyPtr);
+    // Envoy's local reply (the mapper applies). Earlier ABIs took the body
+    // as (ptr, length) and no details: the same registers for the body.
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        filter: EnvoyPtr,
+        status_code: u32,
+        headers: *const ModuleHttpHeader,
+        headers_count: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
     // The router's first attempt goes to this host when it is a member
     // (Envoy accepts only an IP address and port); retries ask the load
     // balancer, which sees it no more.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use mvp_contract::envoy::HELD_PROPERTY;
 use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
 use mvp_filter_core::host::{Counter, Host, LogLevel};
-use mvp_filter_core::router::Router;
+use mvp_filter_core::router::{Action, Router};
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
 use crate::host::{CounterIds, NativeHost, Target};
@@ -87,11 +87,14 @@ impl FilterConfig {
     pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
         let mut host = self.host(filter);
         host.set_holding(self.hold.is_some());
-        let seen = self.with_router(&host, 0, |router| {
-            router.on_request_headers(&host, 0);
+        let (action, seen) = self.with_router(&host, (Action::Continue, 0), |router| {
+            let action = router.on_request_headers(&host, 0);
             router.flush(&host);
-            router.acted_on()
+            (action, router.acted_on())
         });
+        if action == Action::Answered {
+            return abi::HEADERS_STOP_ITERATION;
+        }
         self.finish(&host, filter, seen, None)
     }
 

@@ -195,6 +195,15 @@ impl Host for NativeHost<'_> {
         ok.then_some(()).ok_or(HostError(SET_STATE))
     }
 
+    fn send_local_reply(&self, status_code: u32, details: &str) -> Result<(), HostError> {
+        let filter = self.request()?;
+        // No body, no headers: the local reply mapper writes the Status.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(filter, status_code, std::ptr::null(), 0, ModuleBuffer::of(&[]), ModuleBuffer::of(details.as_bytes()));
+        }
+        Ok(())
+    }
+
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
         let filter = self.request()?;
         let mut out = EnvoyBuffer::EMPTY;

@@ -2,7 +2,7 @@
 //! filters and routes, and turns Envoy's own error replies into `metav1.Status`.
 
 use mvp_contract::envoy::{HELD_FILTER_STATE, LISTED_FILTER_STATE, ROUTE_KEY_FILTER_STATE};
-use mvp_contract::headers::{ROUTE, STRIPPED, STRIPPED_PREFIXES, UNAVAILABLE};
+use mvp_contract::headers::{IDENTITY_REFUSED, ROUTE, STRIPPED, STRIPPED_PREFIXES, UNAVAILABLE};
 use mvp_contract::limits::RETRY_BODY_BUFFER_BYTES;
 use serde_json::{Value, json};
 
@@ -67,6 +67,11 @@ fn status_with(filter: Value, code: Option<u16>, reason: Option<&str>, message: 
 
 /// The message of the filter's 503: every apiserver that serves the request
 /// is closed, or none is known to serve it while one's API set is not.
+/// The message of the filter's 401 for a client certificate whose user or
+/// group it cannot forward exactly (`filter-core/src/identity.rs`; which
+/// attribute and what it holds: the access log's `details`).
+pub const IDENTITY_REFUSED_MESSAGE: &str = "Unauthorized: the client certificate's user (CN) or a group (O) cannot be forwarded to the apiserver exactly: it holds a control character, a space at either end, or bytes that are not UTF-8";
+
 pub const UNAVAILABLE_MESSAGE: &str = "unavailable: every apiserver that serves this request is restarting, draining or not read yet (or none is known to serve it while one is); retry";
 
 fn code_is(op: &str, code: u16) -> Value {
@@ -83,8 +88,13 @@ fn local_replies() -> Vec<Value> {
         code_is("EQ", 503),
         {"header_filter": {"header": {"name": ROUTE, "string_match": {"prefix": UNAVAILABLE}}}},
     ]}});
+    let identity_refused = json!({"and_filter": {"filters": [
+        code_is("EQ", 401),
+        {"header_filter": {"header": {"name": ROUTE, "string_match": {"exact": IDENTITY_REFUSED}}}},
+    ]}});
     vec![
         status_with(filter_answered, None, Some("ServiceUnavailable"), UNAVAILABLE_MESSAGE, false),
+        status_with(identity_refused, None, Some("Unauthorized"), IDENTITY_REFUSED_MESSAGE, false),
         // The apiserver failed and the body was too large to keep for a
         // resend (more than kube accepts anyway): retryable, as any
         // unreachable apiserver, instead of Envoy's plain-text 507.

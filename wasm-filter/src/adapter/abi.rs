@@ -47,6 +47,7 @@ unsafe extern "C" {
     fn proxy_continue_stream(stream_type: u32) -> u32;
     fn proxy_set_effective_context(context_id: u32) -> u32;
     fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
+    fn proxy_send_local_response(status_code: u32, details_data: *const u8, details_size: usize, body_data: *const u8, body_size: usize, headers_data: *const u8, headers_size: usize, grpc_status: i32) -> u32;
     fn proxy_http_call(upstream_data: *const u8, upstream_size: usize, headers_data: *const u8, headers_size: usize, body_data: *const u8, body_size: usize, trailers_data: *const u8, trailers_size: usize, timeout_ms: u32, return_token: *mut u32) -> u32;
 }
 
@@ -149,6 +150,12 @@ impl Host for AbiHost {
         // A one-segment property path is the name itself (segments are
         // NUL-separated).
         status(unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
+    }
+
+    fn send_local_reply(&self, status_code: u32, details: &str) -> Result<(), HostError> {
+        let none: &[u8] = &[];
+        // No body, no headers: the local reply mapper writes the Status.
+        status(unsafe { proxy_send_local_response(status_code, details.as_ptr(), details.len(), none.as_ptr(), 0, none.as_ptr(), 0, -1) })
     }
 
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {

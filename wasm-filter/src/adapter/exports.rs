@@ -61,11 +61,12 @@ pub extern "C" fn proxy_on_http_call_response(root: u32, token: u32, _headers: u
 
 /// Returns Action::Continue (0), or Action::Pause (1) for a request held
 /// for a newer table (`hold.rs`; the host makes it StopAllIterationAndWatermark,
-/// so its body waits too); its call's answer lets it go on.
+/// so its body waits too; its call's answer lets it go on) or answered by the
+/// filter itself (its local reply is on its way).
 #[unsafe(no_mangle)]
 pub extern "C" fn proxy_on_request_headers(context: u32, _headers: u32, _end_of_stream: u32) -> u32 {
     match with_vm(Action::Continue, |vm| vm.request_headers(context)) {
         Action::Continue => 0,
-        Action::Pause => 1,
+        Action::Pause | Action::Answered => 1,
     }
 }
