@@ -50,6 +50,14 @@ pub const DISCOVERY_RESULT: &str = "x-mvp-discovery";
 /// Clients cannot send it (`x-envoy-` is stripped).
 pub const MAX_RETRIES: &str = "x-envoy-max-retries";
 
+/// Envoy's per-request route timeout: the filter sets it to `0` (none) on a
+/// request kube-apiserver counts as long-running (a watch, logs, exec,
+/// attach, port-forward, proxy: `mvp_routing::requestinfo::long_running`),
+/// so that only those are exempt from the front door's `--request-timeout`.
+/// Clients cannot send it (`x-envoy-` is stripped); Envoy's router removes
+/// it before the request goes upstream.
+pub const UPSTREAM_TIMEOUT: &str = "x-envoy-upstream-rq-timeout-ms";
+
 /// Headers removed from every client request before any filter runs.
 pub const STRIPPED: &[&str] = &[ROUTE, PEER_PROXIED];
 

@@ -9,6 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use mvp_contract::envoy::{HELD_PROPERTY, ROUTE_KEY_PROPERTY};
+use mvp_contract::headers::UPSTREAM_TIMEOUT;
 use mvp_contract::plugin::{IdentityConfig, RouterConfig};
 
 use crate::get_table::{self, Answer};
@@ -16,7 +17,7 @@ use crate::hold::{Held, Holds};
 use crate::host::{Counter, Gauge, Host, LogLevel};
 use crate::identity;
 use crate::route::{self, Decision};
-use crate::requestinfo::RouteKey;
+use crate::requestinfo::{self, RouteKey};
 use crate::table::RouteTable;
 use crate::urlpath::DecodedPath;
 use crate::shared_table::{Load, WorkerTable};
@@ -80,6 +81,12 @@ impl Router {
         let table = self.table.current();
         let decoded = DecodedPath::parse(&path);
         let (key, decision) = route::route(&table, &decoded);
+        // Kube applies no request timeout to these: neither does Envoy.
+        if requestinfo::long_running(&key, &decoded)
+            && let Err(e) = host.set_request_header(UPSTREAM_TIMEOUT, "0")
+        {
+            host.log(LogLevel::Warn, &format!("mvp router: lifting the request timeout of a long-running request: {e}"));
+        }
         // What it is routed by, for the access log (when it is on).
         if self.config.export_route_key
             && key != RouteKey::None

@@ -316,3 +316,23 @@ mod hold {
         assert_eq!(request.header_values("x-mvp-route"), [UNAVAILABLE]);
     }
 }
+
+/// A request kube counts as long-running (a watch, logs, exec, …) gets no
+/// route timeout; any other keeps the front door's.
+#[test]
+fn only_long_running_requests_lift_the_route_timeout() {
+    let router = Router::new(RouterConfig::default(), &FakeHost::default());
+    for (path, lifted) in [
+        ("/api/v1/namespaces/default/pods?watch=true", true),
+        ("/api/v1/namespaces/default/pods/p/log?follow=true", true),
+        ("/api/v1/namespaces/default/pods/p/exec?command=sh", true),
+        ("/api/v1/namespaces/default/pods", false),
+        ("/api/v1/namespaces/default/pods/p", false),
+        ("/apis", false),
+    ] {
+        let request = FakeHost::default().with_path(path);
+        router.on_request_headers(&request, 1);
+        let want: &[&str] = if lifted { &["0"] } else { &[] };
+        assert_eq!(request.header_values(mvp_contract::headers::UPSTREAM_TIMEOUT), want, "{path}");
+    }
+}

@@ -427,3 +427,62 @@ async fn a_restart_onto_a_corrupt_state_file_starts_clean_and_keeps_the_file() {
     let log = std::fs::read_to_string(&door.ext_proc.log).unwrap();
     assert!(log.contains("not a state file") && log.contains(".unusable"), "{log}");
 }
+
+/// Requests sent to an apiserver that then hangs (SIGSTOP: connections
+/// accepted, nothing answered). A read of an API others serve too is tried
+/// on another after `--read-idle-timeout` without a byte (1 s here; 20 s by
+/// default) and answered; a read only the hung one serves ends with the 504
+/// Status; nothing waits past `--request-timeout` (3 s here; 70 s by
+/// default). Before, Envoy's route timeout was off: each waited until the
+/// apiserver resumed, or forever. A watch — long-running in kube, which
+/// applies it no timeout — streams past both bounds untouched.
+#[tokio::test]
+async fn reads_sent_to_a_hung_apiserver_go_elsewhere_or_end_and_a_watch_streams_on() {
+    let options = Options {
+        hold_unavailable: Some(Duration::ZERO),
+        envoy_config_args: vec!["--request-timeout".into(), "3s".into(), "--read-idle-timeout".into(), "1s".into()],
+        ..Options::default()
+    };
+    let door = FrontDoor::start(&three(), options).await.unwrap();
+    // A watch of an API every server serves, streaming bookmarks for ~4 s.
+    let mut watch = door.http.get(door.url("/api/v1/namespaces/default/pods?watch=1&bookmarks=40")).send().await.unwrap();
+    assert_eq!(watch.status(), 200);
+    let watched = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut events = 0;
+        while let Ok(Some(_)) = watch.chunk().await {
+            events += 1;
+        }
+        (events, started.elapsed())
+    });
+    // v1.37 hangs; at once requests go out: six reads of an API all serve
+    // (round robin sends some to the hung one), one only it serves.
+    door.fake("v137").proc.signal("STOP");
+    let sent = std::time::Instant::now();
+    let get = |path: &'static str| {
+        let (http, url) = (door.http.clone(), door.url(path));
+        tokio::spawn(async move {
+            let resp = http.get(url).timeout(Duration::from_secs(15)).send().await;
+            let waited = sent.elapsed();
+            match resp {
+                Ok(r) => (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null), waited),
+                Err(e) => (0, Value::String(e.to_string()), waited),
+            }
+        })
+    };
+    let shared: Vec<_> = (0..6).map(|_| get("/api/v1/namespaces/default/configmaps")).collect();
+    let only_hung = get("/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests");
+    let shared = futures::future::join_all(shared).await;
+    let (status, body, waited) = only_hung.await.unwrap();
+    door.fake("v137").proc.signal("CONT");
+    for r in &shared {
+        let (status, body, waited) = r.as_ref().unwrap();
+        assert!(*status == 200 && *waited < Duration::from_millis(2500), "a shared read: {status} after {waited:?}: {body}");
+    }
+    assert_eq!((status, &body["kind"], &body["reason"]), (504, &"Status".into(), &"Timeout".into()), "{body}");
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_millis(2900), "the hung server's API answered after {waited:?}");
+    let (events, lasted) = watched.await.unwrap();
+    assert!(lasted > Duration::from_secs(3) && events >= 30, "the watch ended after {lasted:?} and {events} events");
+    let slowest = shared.iter().map(|r| r.as_ref().unwrap().2).max().unwrap();
+    eprintln!("hung apiserver: 6 shared reads all 200 (slowest {slowest:?}); its own API: 504 Status after {waited:?}; a watch beside it streamed {events} events over {lasted:?}");
+}

@@ -198,6 +198,31 @@ pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
     }
 }
 
+/// Whether kube-apiserver counts the request as long-running — its
+/// `BasicLongRunningRequestCheck`: the verbs watch and proxy, the
+/// subresources attach, exec, proxy, log and portforward — so that no
+/// request timeout applies to it. `key` is [`route_key`]'s for `path`.
+/// Read without the method: a collection path with `watch` set is a watch
+/// only for GET in kube; another method with it is exempt here from the
+/// front door's timeout, and nothing else. Most requests are decided by the
+/// key and a byte scan; only a path or query that mentions a watch or a
+/// proxy is walked again.
+pub fn long_running(key: &RouteKey<'_>, path: &DecodedPath<'_>) -> bool {
+    let RouteKey::Resource { subresource, .. } = key else { return false };
+    if matches!(*subresource, b"attach" | b"exec" | b"proxy" | b"log" | b"portforward") {
+        return true;
+    }
+    let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    let (p, q) = (path.path(), path.query());
+    if !contains(p, b"/watch/") && !contains(p, b"/proxy/") && !contains(q, b"watch") {
+        return false;
+    }
+    match walk(p) {
+        Walked::Resource(w) => matches!(w.prefix_verb, Some(Verb::Watch | Verb::Proxy)) || (w.name.is_empty() && ListOptions::parse(q).watch),
+        _ => false,
+    }
+}
+
 /// Full RequestInfo for `method` on `path`.
 pub fn classify<'a>(method: Method, path: &'a DecodedPath<'_>) -> RequestInfo<'a> {
     let w = match walk(path.path()) {

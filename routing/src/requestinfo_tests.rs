@@ -233,3 +233,37 @@ proptest::proptest! {
         proptest::prop_assert!(agrees(raw.as_bytes()));
     }
 }
+
+/// kube-apiserver's long-running requests (no request timeout), as its
+/// `BasicLongRunningRequestCheck` names them, and ordinary ones.
+#[test]
+fn long_running_requests_are_kubes() {
+    let cases = [
+        ("/api/v1/namespaces/default/pods?watch=true", true),
+        ("/api/v1/namespaces/default/pods?watch=1&resourceVersion=5", true),
+        ("/api/v1/namespaces/default/pods?allowWatchBookmarks=true&watch=true", true),
+        ("/apis/apps/v1/watch/namespaces/default/deployments", true),
+        ("/api/v1/watch/pods", true),
+        ("/api/v1/namespaces/default/pods/p/log?follow=true", true),
+        ("/api/v1/namespaces/default/pods/p/log", true),
+        ("/api/v1/namespaces/default/pods/p/exec?command=sh", true),
+        ("/api/v1/namespaces/default/pods/p/attach", true),
+        ("/api/v1/namespaces/default/pods/p/portforward", true),
+        ("/api/v1/namespaces/default/services/s/proxy/metrics", true),
+        ("/api/v1/proxy/namespaces/default/pods/p", true),
+        ("/api/v1/namespaces/default/pods", false),
+        ("/api/v1/namespaces/default/pods?watch=false", false),
+        ("/api/v1/namespaces/default/pods?limit=500&continue=watch", false),
+        ("/api/v1/namespaces/default/pods/p?watch=true", false),
+        ("/api/v1/namespaces/watch/pods", false),
+        ("/api/v1/namespaces/default/pods/p/status", false),
+        ("/apis/apps/v1/namespaces/default/deployments/d/scale", false),
+        ("/apis", false),
+        ("/openapi/v2", false),
+        ("/healthz?watch=true", false),
+    ];
+    for (raw, want) in cases {
+        let path = DecodedPath::parse(raw.as_bytes());
+        assert_eq!(long_running(&route_key(&path), &path), want, "{raw}");
+    }
+}

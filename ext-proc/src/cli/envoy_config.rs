@@ -101,6 +101,30 @@ pub(super) struct EnvoyConfigArgs {
     /// mvp-ext-proc ever waits this long (a stopped one fails at once).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     ext_proc_message_timeout: Duration,
+    /// Longest a client may take to send its request headers before Envoy
+    /// closes its connection (a slowloris holds none); 0s: no bound.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    request_headers_timeout: Duration,
+    /// Envoy's heap bound (bytes, or Ki/Mi/Gi): past 95 % it returns free
+    /// memory to the system, past 98 % it answers new requests with a 503
+    /// Status instead of growing until the OOM killer ends every stream.
+    #[arg(long, value_name = "QUANTITY", value_parser = envoy_config::edge::parse_bytes, default_value = "2Gi")]
+    max_heap: u64,
+    /// Longest a request may take that kube-apiserver does not count as
+    /// long-running (watches, logs, exec, attach, port-forward and proxy are
+    /// exempt, as in kube): past it the client gets a 504 Status. Longer
+    /// than kube-apiserver's own --request-timeout (60 s), so the
+    /// apiserver's answer comes first; a hung apiserver holds no request
+    /// longer. 0s: no bound.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "70s")]
+    request_timeout: Duration,
+    /// Longest a read (GET, HEAD) that is not long-running waits for the
+    /// first byte — or the next — from one apiserver before it is tried on
+    /// another that serves it, as on a reset (a hung apiserver); writes are
+    /// never sent twice. Above kube's priority-and-fairness queue wait (15 s
+    /// by default), so a queued request is not sent twice. 0s: no bound.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    read_idle_timeout: Duration,
     /// Write to this file instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
@@ -158,6 +182,10 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         hold_unavailable: a.hold_unavailable,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
+        request_headers_timeout: a.request_headers_timeout,
+        max_heap_bytes: a.max_heap,
+        request_timeout: a.request_timeout,
+        read_idle_timeout: a.read_idle_timeout,
     };
     Ok(envoy_config::render_yaml(&opts, command)?)
 }

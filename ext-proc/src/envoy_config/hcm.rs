@@ -153,7 +153,7 @@ fn access_log(o: &EnvoyConfigOptions) -> Value {
 }
 
 pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
-    json!({
+    let mut hcm = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "apiserver_front_door",
         "codec_type": "AUTO",
@@ -163,9 +163,6 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         "request_timeout": "0s",
         "upgrade_configs": [{"upgrade_type": "websocket"}, {"upgrade_type": "spdy/3.1"}],
         "use_remote_address": true,
-        // `x_remote_user`, `x_mvp_route`: a header some hop might read as
-        // its dashed twin never reaches an apiserver (HTTP/1.1 and h2).
-        "common_http_protocol_options": {"headers_with_underscores_action": "DROP_HEADER"},
         "early_header_mutation_extensions": [{
             "name": "envoy.http.early_header_mutation.header_mutation",
             "typed_config": {
@@ -180,7 +177,12 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
             "virtual_hosts": [{
                 "name": "apiservers",
                 "domains": ["*"],
-                "routes": routes::routes(forwards_identity.then(|| o.requestheader.username_header()), o.ext_proc.len() > 1),
+                "routes": routes::routes(
+                    forwards_identity.then(|| o.requestheader.username_header()),
+                    o.ext_proc.len() > 1,
+                    matches!(o.filter, FilterBuild::Wasm(_)),
+                    &routes::Timeouts::new(o.request_timeout, o.read_idle_timeout),
+                ),
                 // Enough of a body to resend anything kube would accept to
                 // another apiserver when the first cannot be reached.
                 "request_body_buffer_limit": RETRY_BODY_BUFFER_BYTES,
@@ -189,5 +191,10 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         "http_filters": filters::http_filters(o, forwards_identity),
         "local_reply_config": {"mappers": local_replies()},
         "access_log": if o.access_log { access_log(o) } else { Value::Null },
-    })
+    });
+    // The edge protections: header and HTTP/2 limits, slowloris (edge.rs).
+    if let (Some(h), Value::Object(edge)) = (hcm.as_object_mut(), super::edge::hcm_options(o.request_headers_timeout)) {
+        h.extend(edge);
+    }
+    hcm
 }

@@ -34,5 +34,7 @@ pub fn listener(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
         "name": "apiserver_front_door",
         "address": socket_address(&o.listen.ip().to_string(), o.listen.port()),
         "filter_chains": [filter_chain],
+        // A slow reader or fast writer is pushed back, not buffered (edge.rs).
+        "per_connection_buffer_limit_bytes": super::edge::CONNECTION_BUFFER_BYTES,
     })
 }

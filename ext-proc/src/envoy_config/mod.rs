@@ -20,6 +20,7 @@
 //!   never past it ([`routes`]).
 
 mod static_cluster;
+pub mod edge;
 pub mod filter_choice;
 mod filters;
 mod hcm;
@@ -78,6 +79,16 @@ pub struct EnvoyConfigOptions {
     pub requestheader: RequestHeaderNames,
     /// Envoy's per-request access log (JSON lines on stdout) on or off.
     pub access_log: bool,
+    /// Longest a client may take to send its request headers
+    /// ([`edge::hcm_options`]; zero: no bound).
+    pub request_headers_timeout: Duration,
+    /// Envoy's heap bound for the overload manager ([`edge::overload_manager`]).
+    pub max_heap_bytes: u64,
+    /// Longest a request that is not long-running may take (zero: no bound).
+    pub request_timeout: Duration,
+    /// Longest a read that is not long-running waits for a byte from one
+    /// apiserver before it is tried on another capable one (zero: no bound).
+    pub read_idle_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,15 +184,8 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
             },
             "cds_config": {"ads": {}, "resource_api_version": "V3", "initial_fetch_timeout": "30s"},
         },
-        // A bound on client connections (each watch holds one): Envoy warns
-        // at start without one.
-        "overload_manager": {"resource_monitors": [{
-            "name": "envoy.resource_monitors.global_downstream_max_connections",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
-                "max_active_downstream_connections": 50000,
-            },
-        }]},
+        // Client connections and heap (edge.rs).
+        "overload_manager": edge::overload_manager(o.max_heap_bytes),
     }))
 }
 
@@ -255,6 +259,10 @@ mod tests {
             peer_tls: None,
             requestheader: RequestHeaderNames::default(),
             access_log: true,
+            request_headers_timeout: Duration::from_secs(10),
+            max_heap_bytes: 2 << 30,
+            request_timeout: Duration::from_secs(70),
+            read_idle_timeout: Duration::from_secs(20),
         }
     }
 

@@ -3,7 +3,7 @@
 //! apiservers the filter pinned a request to, and the default route.
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER};
-use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
+use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT, UPSTREAM_TIMEOUT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
 
@@ -28,14 +28,15 @@ const READ_METHODS: &str = "^(GET|HEAD)$";
 /// To the apiservers cluster, retrying at most `retries` times (see
 /// [`Retry`]), each time on a host not tried before. Envoy never retries
 /// once response headers went to the client.
-fn to_apiservers(cluster: &str, retries: usize, retry: Retry) -> Value {
+fn to_apiservers(cluster: &str, retries: usize, retry: Retry, t: &Timeouts, idle: bool) -> Value {
     let (retry_on, codes) = match retry {
         Retry::NeverReached => ("connect-failure,refused-stream,reset-before-request", json!(null)),
         Retry::Read => ("connect-failure,refused-stream,reset-before-request,reset,retriable-status-codes", json!([429])),
     };
     json!({
         "cluster": cluster,
-        "timeout": "0s",
+        // Long-running requests lift it (the filter: UPSTREAM_TIMEOUT).
+        "timeout": t.request,
         "retry_policy": {
             "retry_on": retry_on,
             "retriable_status_codes": codes,
@@ -45,8 +46,27 @@ fn to_apiservers(cluster: &str, retries: usize, retry: Retry) -> Value {
                 "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
             }],
             "host_selection_retry_max_attempts": 5,
+            // A read without a byte from its apiserver for this long is
+            // tried on another capable one (`reset` covers it), as on a
+            // reset; never a long-running request (a quiet watch).
+            "per_try_idle_timeout": if idle { t.read_idle.clone().map_or(Value::Null, Value::from) } else { Value::Null },
         },
     })
+}
+
+/// The routes' timeouts, rendered.
+pub struct Timeouts {
+    /// Any request that is not long-running.
+    request: String,
+    /// A read's attempt without a response byte; `None`: no bound.
+    read_idle: Option<String>,
+}
+
+impl Timeouts {
+    pub fn new(request: std::time::Duration, read_idle: std::time::Duration) -> Timeouts {
+        let secs = |d: std::time::Duration| format!("{:.3}s", d.as_secs_f64());
+        Timeouts { request: secs(request), read_idle: (!read_idle.is_zero()).then(|| secs(read_idle)) }
+    }
 }
 
 /// The paths whose answers ext_proc may replace with a merged document
@@ -91,12 +111,15 @@ fn hosts_regex(k: usize) -> String {
 /// lists 1..=[`MAX_LISTED_APISERVERS`] members, and one that only closed
 /// members serve is answered here. `fallback`: the front door has the
 /// fallback ext_proc filter (mvp-ext-proc replicas).
-pub fn routes(identity_header: Option<&str>, fallback: bool) -> Vec<Value> {
+/// `per_list`: the routes per number of listed apiservers, for the wasm
+/// build (its route header); the native build pins by override host and
+/// its balancer, and matches only the others.
+pub fn routes(identity_header: Option<&str>, fallback: bool, per_list: bool, t: &Timeouts) -> Vec<Value> {
     let mut out = vec![unavailable(), unavailable_document()];
     if let Some(header) = identity_header {
-        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header), fallback));
+        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header), fallback, per_list, t));
     }
-    out.extend(route_set(APISERVERS_CLUSTER, None, fallback));
+    out.extend(route_set(APISERVERS_CLUSTER, None, fallback, per_list, t));
     out
 }
 
@@ -124,7 +147,7 @@ fn unavailable_document() -> Value {
     })
 }
 
-fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool) -> Vec<Value> {
+fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_list: bool, t: &Timeouts) -> Vec<Value> {
     let all = UNPINNED_RETRIES;
     // Header matchers, absent (null, dropped when rendered) when there are none.
     let with_identity = |mut headers: Vec<Value>| {
@@ -144,26 +167,39 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool) -> Ve
     let merged = |path: &str| {
         json!({
             "match": {"path": path, "headers": with_identity(vec![])},
-            "route": to_apiservers(cluster, all, Retry::Read),
+            "route": to_apiservers(cluster, all, Retry::Read, t, true),
             "response_headers_to_remove": [DISCOVERY_RESULT],
             "typed_per_filter_config": fallback.then(with_ext_proc_fallback),
         })
     };
     let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
-    // Each route below twice: reads first (their retry policy), then any
-    // method.
+    // Each route below three times: reads that are not long-running first
+    // (their retry policy, with the idle bound), then long-running reads
+    // (the filter marked them: no idle bound, a watch may be quiet for
+    // minutes), then any method. Without an idle bound, twice.
     let read = || json!({"name": ":method", "string_match": {"safe_regex": {"regex": READ_METHODS}}});
-    // Requests the filter pinned (it sets only the route header; setting it
-    // clears the route cache, so Envoy matches again): one route per number
-    // of listed apiservers k, retrying at most k-1 times so a failover never
-    // leaves the capable set, and marking the request peer-proxied so an
-    // apiserver with its own peer proxy does not proxy it again.
-    for k in 1..=MAX_LISTED_APISERVERS {
-        let hosts = || json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
-        for (headers, retry) in [(vec![hosts(), read()], Retry::Read), (vec![hosts()], Retry::NeverReached)] {
+    let not_long_running = || json!({"name": UPSTREAM_TIMEOUT, "present_match": false});
+    let variants = |first: Vec<Value>| {
+        let mut v = Vec::new();
+        if t.read_idle.is_some() {
+            v.push(([first.clone(), vec![read(), not_long_running()]].concat(), Retry::Read, true));
+        }
+        v.push(([first.clone(), vec![read()]].concat(), Retry::Read, false));
+        v.push((first, Retry::NeverReached, false));
+        v
+    };
+    // Requests the wasm filter pinned (it sets only the route header;
+    // setting it clears the route cache, so Envoy matches again): one route
+    // per number of listed apiservers k, retrying at most k-1 times so a
+    // failover never leaves the capable set, and marking the request
+    // peer-proxied so an apiserver with its own peer proxy does not proxy
+    // it again.
+    for k in (1..=MAX_LISTED_APISERVERS).filter(|_| per_list) {
+        let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
+        for (headers, retry, idle) in variants(vec![hosts]) {
             routes.push(json!({
                 "match": {"prefix": "/", "headers": with_identity(headers)},
-                "route": to_apiservers(cluster, k - 1, retry),
+                "route": to_apiservers(cluster, k - 1, retry, t, idle),
                 "request_headers_to_add": [{
                     "header": {"key": PEER_PROXIED, "value": "true"},
                     "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
@@ -172,8 +208,8 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool) -> Ve
             }));
         }
     }
-    for (headers, retry) in [(vec![read()], Retry::Read), (vec![], Retry::NeverReached)] {
-        routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, all, retry), "typed_per_filter_config": without_ext_proc()}));
+    for (headers, retry, idle) in variants(vec![]) {
+        routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, all, retry, t, idle), "typed_per_filter_config": without_ext_proc()}));
     }
     routes
 }
@@ -182,11 +218,15 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool) -> Ve
 mod tests {
     use super::*;
 
+    fn t() -> Timeouts {
+        Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::from_secs(20))
+    }
+
     #[test]
     fn pinned_requests_retry_only_within_their_list() {
-        let r = routes(None, false);
+        let r = routes(None, false, true, &t());
         let m = MERGED_PATHS.len();
-        let set = m + 2 * (MAX_LISTED_APISERVERS + 1);
+        let set = m + 3 * (MAX_LISTED_APISERVERS + 1);
         // The two unavailable answers come first: resources with Retry-After,
         // documents without.
         let u = 2;
@@ -195,24 +235,53 @@ mod tests {
         assert_eq!(r[0]["response_headers_to_add"][0]["header"]["key"], "retry-after");
         assert_eq!((r[1]["direct_response"]["status"].as_u64(), r[1]["match"]["headers"][0]["string_match"]["exact"].as_str()), (Some(503), Some(UNAVAILABLE_DOCUMENT)));
         assert!(r[1]["response_headers_to_add"].is_null(), "no Retry-After on documents");
-        let with_identity = routes(Some("x-remote-user"), false);
+        let with_identity = routes(Some("x-remote-user"), false, true, &t());
         assert_eq!(with_identity.len(), u + 2 * set);
         assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
         assert_eq!(with_identity[u - 1 + 2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
-        // k = 1: reads, then any method; k = 2 likewise.
+        // k = 1: reads not long-running, long-running reads, any method; k = 2 likewise.
         assert_eq!(r[u + m]["route"]["retry_policy"]["num_retries"], 0);
-        assert_eq!(r[u + m + 2]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[u + m + 2]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        assert_eq!(r[u + m + 3]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[u + m + 3]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
         let policy = |i: usize| r[u + m + i]["route"]["retry_policy"]["retry_on"].as_str().unwrap().to_string();
-        assert_eq!(r[u + m + 2]["match"]["headers"][1]["name"], ":method");
-        assert!(policy(2).contains(",reset,") && policy(2).contains("retriable-status-codes"), "reads retry a reset and a 429");
-        assert_eq!(r[u + m + 2]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
-        assert_eq!(policy(3), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
-        assert!(r[u + m + 3]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
+        assert_eq!(r[u + m + 3]["match"]["headers"][1]["name"], ":method");
+        assert!(policy(3).contains(",reset,") && policy(3).contains("retriable-status-codes"), "reads retry a reset and a 429");
+        assert_eq!(r[u + m + 3]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
+        assert_eq!(policy(5), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
+        assert!(r[u + m + 5]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));
+    }
+
+    /// Every route times out but for long-running requests (the filter's
+    /// mark lifts it); only reads that are not long-running have the idle
+    /// bound, so a quiet watch is never cut; writes never.
+    #[test]
+    fn only_reads_that_are_not_long_running_have_the_idle_bound() {
+        let r = routes(None, false, true, &t());
+        for route in r.iter().filter(|r| r.get("route").is_some()) {
+            let headers = route["match"]["headers"].as_array().cloned().unwrap_or_default();
+            let idle = &route["route"]["retry_policy"]["per_try_idle_timeout"];
+            let unmarked = headers.iter().any(|h| h["name"] == UPSTREAM_TIMEOUT && h["present_match"] == false);
+            let read = headers.iter().any(|h| h["name"] == ":method");
+            let merged = route["match"].get("path").is_some();
+            assert_eq!(route["route"]["timeout"], "70.000s", "{route}");
+            assert_eq!(*idle == "20.000s", merged || (read && unmarked), "{route}");
+        }
+        // Without an idle bound: no split.
+        let none = routes(None, false, true, &Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::ZERO));
+        assert_eq!(none.len(), 2 + MERGED_PATHS.len() + 2 * (MAX_LISTED_APISERVERS + 1));
+    }
+
+    /// The native build never writes a host list into the route header:
+    /// it matches no per-list route, and is not made to walk them.
+    #[test]
+    fn the_native_build_has_no_per_list_routes() {
+        let r = routes(None, false, false, &t());
+        assert_eq!(r.len(), 2 + MERGED_PATHS.len() + 3);
+        assert!(r.iter().all(|route| route["match"]["headers"].as_array().is_none_or(|h| h.iter().all(|h| h["name"] != ROUTE || route.get("direct_response").is_some()))));
     }
 
     /// Enough of RE2 for the two shapes `hosts_regex` writes.

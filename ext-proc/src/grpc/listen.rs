@@ -162,16 +162,51 @@ async fn drained(serve: impl Future<Output = Result<(), tonic::transport::Error>
 /// message is small and latency-bound.
 fn tcp_incoming(l: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     futures::stream::unfold(l, |l| async move {
-        let r = l.accept().await.map(|(s, _)| {
-            let _ = s.set_nodelay(true);
-            s
-        });
-        Some((r, l))
+        loop {
+            match l.accept().await {
+                Ok((s, _)) => {
+                    let _ = s.set_nodelay(true);
+                    return Some((Ok(s), l));
+                }
+                Err(e) => after_failed_accept(&e).await,
+            }
+        }
     })
 }
 
 fn unix_incoming(l: tokio::net::UnixListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::UnixStream>> {
-    futures::stream::unfold(l, |l| async move { Some((l.accept().await.map(|(s, _)| s), l)) })
+    futures::stream::unfold(l, |l| async move {
+        loop {
+            match l.accept().await {
+                Ok((s, _)) => return Some((Ok(s), l)),
+                Err(e) => after_failed_accept(&e).await,
+            }
+        }
+    })
+}
+
+/// How long the accept loop waits after running out of descriptors or
+/// memory (hyper's and Go's net/http's choice: 1 s).
+pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Out of file descriptors or kernel memory: another accept would fail at
+/// once, with the pending connection still queued.
+fn exhausted(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+/// After an accept failed: one connection's failure (reset before it was
+/// accepted, …) lets the next accept go on at once; exhaustion waits
+/// [`ACCEPT_BACKOFF`] — retried at once it would fail at once, a core spun
+/// on a full descriptor table while open streams starve. The error is never
+/// handed to the server, which would only drop it and ask again.
+async fn after_failed_accept(e: &std::io::Error) {
+    if exhausted(e) {
+        tracing::warn!(error = %e, backoff = ?ACCEPT_BACKOFF, "gRPC listener cannot accept a connection (descriptors or memory exhausted); waiting");
+        tokio::time::sleep(ACCEPT_BACKOFF).await;
+    } else {
+        tracing::debug!(error = %e, "gRPC listener: a connection failed before it was accepted");
+    }
 }
 
 #[cfg(test)]
@@ -194,6 +229,14 @@ mod tests {
         }
         let long = format!("unix:/{}", "x".repeat(107));
         assert!(long.parse::<GrpcListen>().unwrap_err().contains("longer than 107"));
+    }
+
+    #[test]
+    fn only_exhaustion_backs_off() {
+        let os = std::io::Error::from_raw_os_error;
+        for (e, backs_off) in [(os(libc::EMFILE), true), (os(libc::ENFILE), true), (os(libc::ENOBUFS), true), (os(libc::ENOMEM), true), (os(libc::ECONNABORTED), false), (os(libc::EPERM), false)] {
+            assert_eq!(exhausted(&e), backs_off, "{e}");
+        }
     }
 
     #[test]

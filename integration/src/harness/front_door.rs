@@ -96,6 +96,7 @@ impl FrontDoor {
         if let Some(filter) = options.filter {
             topology.filter = filter;
         }
+        topology.envoy_config_extra = options.envoy_config_args.clone();
         if options.grpc_over_unix {
             topology.grpc_unix = Some(dir.path().join("mvp-ext-proc.sock"));
         }

@@ -46,6 +46,8 @@ pub struct Options {
     pub hold_unavailable: Option<Duration>,
     /// The routing filter build (`MVP_FILTER`'s otherwise).
     pub filter: Option<FilterBuild>,
+    /// Extra `mvp-ext-proc envoy-config` flags.
+    pub envoy_config_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -65,6 +67,7 @@ impl Default for Options {
             replicas: 1,
             hold_unavailable: None,
             filter: None,
+            envoy_config_args: vec![],
         }
     }
 }

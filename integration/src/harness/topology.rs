@@ -72,6 +72,8 @@ pub struct Topology {
     pub hold_unavailable: Option<Duration>,
     /// The routing filter's build (`MVP_FILTER`, the `.wasm` by default).
     pub filter: FilterBuild,
+    /// Extra `envoy-config` flags, last.
+    pub envoy_config_extra: Vec<String>,
 }
 
 /// Where one more mvp-ext-proc replica listens.
@@ -97,6 +99,7 @@ impl Topology {
             standbys: vec![],
             hold_unavailable: None,
             filter: FilterBuild::from_env(),
+            envoy_config_extra: vec![],
         }
     }
 
@@ -203,6 +206,7 @@ impl Topology {
                 arg(&pki.clients.cert_file),
             ]);
         }
+        args.extend(self.envoy_config_extra.iter().cloned());
         Ok(args)
     }
 
