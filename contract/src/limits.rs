@@ -45,6 +45,30 @@ pub const DEFAULT_HOLD_MS: u32 = 1000;
 /// Requests one worker holds at once (each with a `GetTable` call open).
 pub const DEFAULT_MAX_HELD: u32 = 64;
 
+/// Of those, the most one client (one source address) holds: a client
+/// asking for an API only a restarting apiserver serves — by accident or to
+/// fill the slots — leaves the others room; its requests beyond it get the
+/// 503 Status at once, as they would without holding.
+pub const DEFAULT_MAX_HELD_PER_CLIENT: u32 = 8;
+
+/// `GetTable` calls mvp-ext-proc holds open at once (each Envoy holds its
+/// refresher's, and the wasm build one per worker that holds requests: a
+/// few thousand Envoys' worth). A call beyond it is answered at once, as a
+/// call that allows no wait: whoever opens calls by the thousand pins no
+/// memory or task, and a legitimate refresher only polls instead.
+pub const MAX_HELD_TABLE_CALLS: usize = 8192;
+
+/// ADS streams mvp-ext-proc serves at once (one per Envoy): beyond it a new
+/// stream is refused `RESOURCE_EXHAUSTED` (Envoy retries with backoff), so
+/// whoever opens streams by the thousand cannot make it hold a snapshot
+/// copy and a task for each.
+pub const MAX_ADS_STREAMS: usize = 4096;
+
+/// Concurrent streams per gRPC connection to mvp-ext-proc (HTTP/2
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`): Envoy opens another connection when
+/// one is full; one client connection cannot open streams without bound.
+pub const MAX_GRPC_STREAMS_PER_CONNECTION: u32 = 1000;
+
 /// The longest a server holds one `GetTable` call, whatever the caller asks.
 pub const MAX_TABLE_WAIT_MS: u32 = 60_000;
 

@@ -55,6 +55,9 @@ pub struct HoldConfig {
     /// holds one `GetTable` call, and a table change answers them all).
     #[serde(default = "default_max_held")]
     pub max_held: u32,
+    /// Of those, the most one client (source address) holds.
+    #[serde(default = "default_max_held_per_client")]
+    pub max_held_per_client: u32,
 }
 
 /// Where a verified client certificate's identity goes: kube's
@@ -95,7 +98,7 @@ impl Default for RouterConfig {
 
 impl Default for HoldConfig {
     fn default() -> Self {
-        HoldConfig { cluster: default_cluster(), authority: default_authority(), max_ms: default_hold_ms(), max_held: default_max_held() }
+        HoldConfig { cluster: default_cluster(), authority: default_authority(), max_ms: default_hold_ms(), max_held: default_max_held(), max_held_per_client: default_max_held_per_client() }
     }
 }
 
@@ -136,6 +139,10 @@ fn default_max_held() -> u32 {
     limits::DEFAULT_MAX_HELD
 }
 
+fn default_max_held_per_client() -> u32 {
+    limits::DEFAULT_MAX_HELD_PER_CLIENT
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigError {
     /// Not JSON, or not one of the roles with exactly its fields.
@@ -168,8 +175,8 @@ impl PluginConfig {
             {
                 Err(ConfigError::Empty("identity header names"))
             }
-            PluginConfig::Router(RouterConfig { hold: Some(h), .. }) if h.cluster.is_empty() || h.max_ms == 0 || h.max_held == 0 => {
-                Err(ConfigError::Empty("hold cluster, max_ms and max_held"))
+            PluginConfig::Router(RouterConfig { hold: Some(h), .. }) if h.cluster.is_empty() || h.max_ms == 0 || h.max_held == 0 || h.max_held_per_client == 0 => {
+                Err(ConfigError::Empty("hold cluster, max_ms, max_held and max_held_per_client"))
             }
             PluginConfig::Router(RouterConfig { hold: Some(h), .. }) if h.max_ms > limits::MAX_TABLE_WAIT_MS => {
                 Err(ConfigError::Invalid(format!("hold max_ms {} is above {}", h.max_ms, limits::MAX_TABLE_WAIT_MS)))
@@ -225,6 +232,7 @@ mod tests {
             br#"{"role":"router","route_header":"x","identity":{"username_header":"","group_header":"g"}}"#,
             br#"{"role":"router","hold":{"max_ms":0}}"#,
             br#"{"role":"router","hold":{"max_held":0}}"#,
+            br#"{"role":"router","hold":{"max_held_per_client":0}}"#,
             br#"{"role":"router","hold":{"max_ms":600000}}"#,
             br#"{"role":"router","hold":{"cluster":""}}"#,
         ] {

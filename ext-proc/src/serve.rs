@@ -146,6 +146,8 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let health_task = tokio::spawn(health_task);
     let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        // tonic otherwise sends no SETTINGS_MAX_CONCURRENT_STREAMS at all.
+        .max_concurrent_streams(Some(mvp_contract::limits::MAX_GRPC_STREAMS_PER_CONNECTION))
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .add_service(health)
         .add_service(ads.service())

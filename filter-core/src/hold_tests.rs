@@ -28,7 +28,7 @@ fn one_call_per_worker_for_every_request_it_holds() {
     assert!(holds.answered(99).is_none(), "not its call");
     let (call, held) = holds.answered(1).unwrap();
     assert_eq!(call, Call { token: 1, asked_with: 7 });
-    assert_eq!(held, [Held { context: 11, since_ms: 5_000, deadline_ms: 6_000 }, Held { context: 12, since_ms: 5_100, deadline_ms: 6_100 }]);
+    assert_eq!(held, [Held { context: 11, since_ms: 5_000, deadline_ms: 6_000, client: 0 }, Held { context: 12, since_ms: 5_100, deadline_ms: 6_100, client: 0 }]);
     assert!(holds.answered(1).is_none(), "answered once");
     assert!(holds.is_empty());
 }
@@ -72,4 +72,25 @@ fn refuses_beyond_max_held_or_when_the_call_fails() {
     let (_, held) = holds.answered(1).unwrap();
     assert_eq!(holds.hold_again(&failing, held, 8).len(), 1);
     assert!(holds.is_empty());
+}
+
+/// One client holds at most its share of a worker's slots, whatever its
+/// ports; the others keep theirs.
+#[test]
+fn one_client_holds_at_most_its_share() {
+    let config = HoldConfig { max_ms: 1000, max_held: 6, max_held_per_client: 2, ..HoldConfig::default() };
+    let holds = Holds::new(config);
+    let from = |addr: &str| FakeHost { client: Some(addr.as_bytes().to_vec()), ..FakeHost::default() };
+    let results: Vec<bool> = ["10.0.0.9:1000", "10.0.0.9:1001", "10.0.0.9:1002", "10.0.0.9:1003", "10.0.0.1:2000", "[fd00::1]:3000", "[fd00::1]:3001", "[fd00::1]:3002"]
+        .iter()
+        .enumerate()
+        .map(|(i, a)| holds.hold(&from(a), i as u32 + 1, 1))
+        .collect();
+    assert_eq!(results, [true, true, false, false, true, true, true, false]);
+    assert_eq!(holds.len(), 5);
+    assert_ne!(client_key(Some(b"10.0.0.9:1")), client_key(Some(b"10.0.0.1:1")));
+    assert_eq!(client_key(Some(b"[fd00::1]:1")), client_key(Some(b"[fd00::1]:2")));
+    assert_eq!(client_key(None), 0);
+    // A client the host cannot tell is held up to the worker's bound only.
+    assert!(has_room([0, 0, 0].into_iter(), 0, 6, 2));
 }

@@ -115,6 +115,10 @@ pub trait Host {
     /// reply, whose mapper writes kube's Status), `details` its response
     /// code details (no spaces). The request goes no further.
     fn send_local_reply(&self, status: u32, details: &str) -> Result<(), HostError>;
+    /// The client's address as Envoy sees the connection (`IP:port`; the
+    /// downstream remote address): asked only for a request about to be
+    /// held, to cap what one client holds.
+    fn client_address(&self) -> Result<Option<Vec<u8>>, HostError>;
     /// The verified client certificate's subject (RFC 2253), empty or absent
     /// without one (Envoy's `connection.subject_peer_certificate`).
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError>;

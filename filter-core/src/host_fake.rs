@@ -49,6 +49,8 @@ pub struct FakeHost {
     pub keep_back_pins: std::cell::Cell<bool>,
     /// Local replies sent: (status, details).
     pub replies: RefCell<Vec<(u32, String)>>,
+    /// The downstream address (`IP:port`).
+    pub client: Option<Vec<u8>>,
 }
 
 impl FakeHost {
@@ -128,6 +130,10 @@ impl Host for FakeHost {
     fn send_local_reply(&self, status: u32, details: &str) -> Result<(), HostError> {
         self.replies.borrow_mut().push((status, details.into()));
         Ok(())
+    }
+
+    fn client_address(&self) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(self.client.clone())
     }
 
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {

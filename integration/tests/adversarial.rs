@@ -146,3 +146,70 @@ async fn header_floods_are_refused_and_a_kubelets_multiplexed_watches_fit() {
     let connections = door.envoy_stat(h2_connections).await.unwrap_or(0) - connections_before;
     assert_eq!(connections, 1, "the 300 watches did not share one HTTP/2 connection");
 }
+
+/// The hold, abused: one client (source 127.0.0.2) floods requests for an
+/// API only a restarting apiserver serves — each is held, up to 5 s here —
+/// while another client (127.0.0.1) asks for it too. Before, the flood took
+/// every held slot of every worker (64 each) and the other client got the
+/// 503 at once; now one client holds at most 8 per worker (beyond: the 503
+/// at once, as without holding), and the other's requests are held and
+/// served by the apiserver once it is back.
+#[tokio::test]
+async fn a_client_flooding_the_hold_leaves_the_others_their_share() {
+    let options = Options { hold_unavailable: Some(Duration::from_secs(5)), ..Options::default() };
+    let mut door = FrontDoor::start(&three_fakes(), options).await.unwrap();
+    const ONLY_V137: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
+    door.fake_mut("v137").proc.kill();
+    let closed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
+    door.wait_table_published(closed).await.unwrap();
+    let held = "wasmcustom.mvp.router.held_requests";
+    let attacker = reqwest::Client::builder().local_address(std::net::IpAddr::from([127, 0, 0, 2])).build().unwrap();
+    let flood: Vec<_> = (0..200)
+        .map(|_| {
+            let (c, url) = (attacker.clone(), door.url(ONLY_V137));
+            tokio::spawn(async move { c.get(url).send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
+        })
+        .collect();
+    // The flood holds what it can (and is refused the rest) before the
+    // other client comes.
+    wait_for("the flood held", Duration::from_secs(10), || async { (door.envoy_stat(held).await? >= 16).then_some(()) }).await.unwrap();
+    let before = door.envoy_stat(held).await.unwrap_or(0);
+    let legit: Vec<_> = (0..5)
+        .map(|_| {
+            let (c, url) = (door.http.clone(), door.url(ONLY_V137));
+            tokio::spawn(async move { c.get(url).send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
+        })
+        .collect();
+    let legit_held = wait_for("the other client's requests held", Duration::from_secs(3), || async { (door.envoy_stat(held).await? >= before + 5).then_some(()) }).await;
+    let spec = door.fake("v137").spec.clone();
+    door.restart_fake("v137", spec).await.unwrap();
+    let legit: Vec<u16> = futures::future::join_all(legit).await.into_iter().map(|r| r.unwrap()).collect();
+    let flood: Vec<u16> = futures::future::join_all(flood).await.into_iter().map(|r| r.unwrap()).collect();
+    let served = flood.iter().filter(|s| **s == 200).count();
+    assert!(legit_held.is_ok(), "the other client's requests were not held (refused at once: the flood took the slots)");
+    assert_eq!(legit, [200; 5], "the other client's requests");
+    assert!(served <= 16, "the flood held {served} (at most 8 per worker)");
+    assert!(flood.iter().all(|s| *s == 200 || *s == 503), "{flood:?}");
+    eprintln!("hold flood: 200 requests from one client, {served} held and served, the rest 503 at once; the other client's 5 held and served");
+}
+
+/// Envoy past its heap bound (`--max-heap 8Mi`, below what it uses at
+/// start) answers new requests with a 503 Status that says so — the
+/// overload manager's `stop_accepting_requests` — instead of growing until
+/// the OOM killer ends every stream at once. Before, there was no heap
+/// bound: it served on.
+#[tokio::test]
+async fn an_envoy_past_its_heap_bound_sheds_requests_with_a_503_status() {
+    let options = Options { envoy_config_args: vec!["--max-heap".into(), "8Mi".into()], ..Options::default() };
+    let door = FrontDoor::start(&three_fakes(), options).await.unwrap();
+    let shed = wait_for("a request shed by the overload manager", Duration::from_secs(10), || async {
+        let resp = door.http.get(door.url("/api/v1/namespaces/default/pods")).send().await.ok()?;
+        let status = resp.status().as_u16();
+        let body: serde_json::Value = resp.json().await.ok()?;
+        (status == 503).then_some(body)
+    })
+    .await
+    .unwrap();
+    assert_eq!((&shed["kind"], &shed["reason"]), (&"Status".into(), &"ServiceUnavailable".into()), "{shed}");
+    assert!(shed["message"].as_str().unwrap_or("").contains("overloaded"), "{shed}");
+}

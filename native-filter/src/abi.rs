@@ -71,6 +71,8 @@ pub type ModulePtr = *const c_void;
 
 /// `envoy_dynamic_module_type_http_header_type_RequestHeader`.
 pub const REQUEST_HEADER: u32 = 0;
+/// `envoy_dynamic_module_type_attribute_id_SourceAddress`.
+pub const ATTRIBUTE_SOURCE_ADDRESS: u32 = 24;
 /// `envoy_dynamic_module_type_attribute_id_ConnectionSubjectPeerCertificate`.
 pub const ATTRIBUTE_SUBJECT_PEER_CERTIFICATE: u32 = 33;
 /// `envoy_dynamic_module_type_metrics_result_Success`.

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use mvp_contract::envoy::HELD_PROPERTY;
 use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
 use mvp_filter_core::host::{Counter, Host, LogLevel};
+use mvp_filter_core::hold::client_key;
 use mvp_filter_core::router::{Action, Router};
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
@@ -135,12 +136,14 @@ impl FilterConfig {
         if let Some(answer) = answer
             && host.holding()
         {
-            let max_held = self.hold.as_ref().map_or(0, |h| h.max_held as usize);
+            let (max_held, per_client) = self.hold.as_ref().map_or((0, 0), |h| (h.max_held, h.max_held_per_client));
             let span = held.unwrap_or_else(|| {
                 let now = hold::now_ms();
                 hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))), rematch: false }
             });
-            if hold::park(filter, seen, hold::Released { rematch: rematch(), ..span }, max_held) {
+            // Its client, only now that it is to be held (not per request).
+            let client = client_key(host.client_address().ok().flatten().as_deref());
+            if hold::park(filter, seen, hold::Released { rematch: rematch(), ..span }, client, max_held, per_client) {
                 if !was_held {
                     host.count(Counter::Held, 1);
                 }

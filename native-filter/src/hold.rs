@@ -1,7 +1,8 @@
 //! Holding a request the table can only answer with the 503 Status, the
 //! native way: the same promise as the proxy-wasm filter's `hold.rs` (at
 //! most `max_ms` per request, then the 503 it would have had; at most
-//! `max_held` per worker, beyond that the 503 at once), without a call of
+//! `max_held` per worker and `max_held_per_client` of one client's, beyond
+//! that the 503 at once), without a call of
 //! its own. The refresher's `GetTable` long poll already brings every new
 //! table to this process the moment mvp-ext-proc publishes it, so a held
 //! request waits for the process's table to move past the version it was
@@ -28,6 +29,8 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
+
+use mvp_filter_core::hold::has_room;
 
 use crate::abi;
 use crate::process;
@@ -116,6 +119,8 @@ struct Parked {
     filter: usize,
     span: Released,
     waiter: Arc<Waiter>,
+    /// Its client (`mvp_filter_core::hold::client_key`).
+    client: u64,
 }
 
 thread_local! {
@@ -134,16 +139,16 @@ pub struct Released {
 
 /// Parks the request of `filter` until a table newer than `seen` or
 /// `span.deadline_ms`. False when it cannot (no refresher to wake it, the
-/// worker holds `max_held` already, Envoy gave no scheduler): the caller
-/// answers now.
-pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, max_held: usize) -> bool {
+/// worker holds `max_held` already or `per_client` of `client`'s, Envoy
+/// gave no scheduler): the caller answers now.
+pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_held: u32, per_client: u32) -> bool {
     let Released { since_ms, deadline_ms, .. } = span;
     let main = *lock(&MAIN);
     if main == 0 {
         return false;
     }
     forget_ended(since_ms);
-    let room = PARKED.with(|p| p.try_borrow().is_ok_and(|p| p.len() < max_held));
+    let room = PARKED.with(|p| p.try_borrow().is_ok_and(|p| has_room(p.iter().map(|x| x.client), client, max_held, per_client)));
     if !room {
         return false;
     }
@@ -152,7 +157,7 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, max_held: usize) -
         return false;
     }
     let waiter = Arc::new(Waiter { scheduler: Mutex::new(Some(scheduler as usize)), seen, deadline_ms });
-    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone() };
+    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone(), client };
     if PARKED.with(|p| p.try_borrow_mut().map(|mut p| p.push(parked)).is_err()) {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
         return false;

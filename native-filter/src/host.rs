@@ -99,6 +99,14 @@ impl<'a> NativeHost<'a> {
         ok.then_some(()).ok_or(HostError(ADD_HEADER))
     }
 
+    /// A string attribute of the request (absent: `None`).
+    fn attribute(&self, id: u32) -> Result<Option<Vec<u8>>, HostError> {
+        let filter = self.request()?;
+        let mut out = EnvoyBuffer::EMPTY;
+        let found = unsafe { abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(filter, id, &mut out) };
+        Ok(if found { unsafe { out.bytes() }.map(<[u8]>::to_vec) } else { None })
+    }
+
     fn request(&self) -> Result<EnvoyPtr, HostError> {
         match self.target {
             Target::Request { filter, .. } => Ok(filter),
@@ -204,11 +212,12 @@ impl Host for NativeHost<'_> {
         Ok(())
     }
 
+    fn client_address(&self) -> Result<Option<Vec<u8>>, HostError> {
+        self.attribute(abi::ATTRIBUTE_SOURCE_ADDRESS)
+    }
+
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
-        let filter = self.request()?;
-        let mut out = EnvoyBuffer::EMPTY;
-        let found = unsafe { abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(filter, abi::ATTRIBUTE_SUBJECT_PEER_CERTIFICATE, &mut out) };
-        Ok(if found { unsafe { out.bytes() }.map(<[u8]>::to_vec) } else { None })
+        self.attribute(abi::ATTRIBUTE_SUBJECT_PEER_CERTIFICATE)
     }
 
     fn shared_data(&self, key: &str) -> Result<Option<Vec<u8>>, HostError> {

@@ -72,6 +72,9 @@ fn status_with(filter: Value, code: Option<u16>, reason: Option<&str>, message: 
 /// attribute and what it holds: the access log's `details`).
 pub const IDENTITY_REFUSED_MESSAGE: &str = "Unauthorized: the client certificate's user (CN) or a group (O) cannot be forwarded to the apiserver exactly: it holds a control character, a space at either end, or bytes that are not UTF-8";
 
+/// The message of Envoy's 503 when its overload manager refuses a request.
+pub const OVERLOADED_MESSAGE: &str = "the front door is overloaded (its memory is past envoy-config --max-heap); retry";
+
 pub const UNAVAILABLE_MESSAGE: &str = "unavailable: every apiserver that serves this request is restarting, draining or not read yet (or none is known to serve it while one is); retry";
 
 fn code_is(op: &str, code: u16) -> Value {
@@ -92,8 +95,19 @@ fn local_replies() -> Vec<Value> {
         code_is("EQ", 401),
         {"header_filter": {"header": {"name": ROUTE, "string_match": {"exact": IDENTITY_REFUSED}}}},
     ]}});
+    // Envoy's overload manager turned the request away (its heap past
+    // --max-heap: edge.rs): why, not an apiserver's fault. It sets no
+    // response flag, only the details.
+    let overloaded = json!({"extension_filter": {
+        "name": "envoy.access_loggers.extension_filters.cel",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+            "expression": "response.code_details == 'overload'",
+        },
+    }});
     vec![
         status_with(filter_answered, None, Some("ServiceUnavailable"), UNAVAILABLE_MESSAGE, false),
+        status_with(overloaded, None, Some("ServiceUnavailable"), OVERLOADED_MESSAGE, false),
         status_with(identity_refused, None, Some("Unauthorized"), IDENTITY_REFUSED_MESSAGE, false),
         // The apiserver failed and the body was too large to keep for a
         // resend (more than kube accepts anyway): retryable, as any

@@ -337,7 +337,7 @@ mod tests {
     fn holds_requests_only_closed_apiservers_serve_unless_told_not_to() {
         use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
         let PluginConfig::Router(RouterConfig { hold, .. }) = router_config(&opts(&[])) else { panic!("not the router") };
-        assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 64, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
+        assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 64, max_held_per_client: 8, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
         let off = EnvoyConfigOptions { hold_unavailable: Duration::ZERO, ..opts(&[]) };
         assert!(matches!(router_config(&off), PluginConfig::Router(RouterConfig { hold: None, .. })));
     }

@@ -19,6 +19,7 @@
 //! method is served by hand: tonic still frames the message, applies the
 //! size limit and writes the status; the message is the held encoding.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,6 +33,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
+use mvp_contract::limits::MAX_HELD_TABLE_CALLS;
 use crate::stopping::Stopping;
 
 const SERVICE: &str = "mvp.routing.v1.RoutingTableService";
@@ -42,6 +44,18 @@ pub struct TableService {
     stopping: Stopping,
     /// The encoded `GetTableResponse` carrying the table of that version.
     encoded: Mutex<Option<(u64, Bytes)>>,
+    /// Calls held now, and the most there may be ([`MAX_HELD_TABLE_CALLS`]).
+    held: AtomicUsize,
+    max_held: usize,
+}
+
+/// One held call, counted while it lives.
+struct HeldCall<'a>(&'a AtomicUsize);
+
+impl Drop for HeldCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// `GetTableResponse { waited: true }`: nothing newer after the whole wait.
@@ -49,13 +63,23 @@ const WAITED: &[u8] = &[0x10, 0x01];
 
 impl TableService {
     pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>, stopping: Stopping) -> TableServer {
-        TableServer(Arc::new(TableService { table, metrics, stopping, encoded: Mutex::new(None) }))
+        TableServer(Arc::new(TableService { table, metrics, stopping, encoded: Mutex::new(None), held: AtomicUsize::new(0), max_held: MAX_HELD_TABLE_CALLS }))
     }
 
     /// The encoded answer to a refresher that holds `known_version`, once
     /// there is a newer table or `wait` has passed.
     async fn answer(&self, known_version: u64, wait: Duration) -> Result<Bytes, Status> {
         let wait = wait.min(Duration::from_millis(u64::from(mvp_contract::limits::MAX_TABLE_WAIT_MS)));
+        // Past the bound a call is answered at once: nothing is held for it.
+        let _held = if wait.is_zero() {
+            None
+        } else {
+            if self.held.fetch_add(1, Ordering::AcqRel) >= self.max_held {
+                self.held.fetch_sub(1, Ordering::AcqRel);
+                return self.encoded_answer(known_version, false);
+            }
+            Some(HeldCall(&self.held))
+        };
         let mut table = self.table.clone();
         let newer = |t: &pb::RoutingTable| t.version != 0 && t.version != known_version;
         let held = tokio::time::timeout(wait, table.wait_for(|t| newer(t)));
@@ -216,7 +240,7 @@ mod tests {
     }
 
     fn service(rx: watch::Receiver<Arc<pb::RoutingTable>>, stopping: Stopping) -> Arc<TableService> {
-        Arc::new(TableService { table: rx, metrics: Metrics::new(), stopping, encoded: Mutex::new(None) })
+        Arc::new(TableService { table: rx, metrics: Metrics::new(), stopping, encoded: Mutex::new(None), held: AtomicUsize::new(0), max_held: 2 })
     }
 
     const NOW: Duration = Duration::ZERO;
@@ -234,6 +258,32 @@ mod tests {
         tx.send_replace(Arc::new(table(6, 4)));
         let next = service.answer(5, NOW).await.unwrap();
         assert_eq!(pb::GetTableResponse::decode(next).unwrap().table, Some(table(6, 4)));
+    }
+
+    /// At most `max_held` calls are held (2 here); one more is answered at
+    /// once, as a call that allows no wait; a held one that ends frees its
+    /// place.
+    #[tokio::test(start_paused = true)]
+    async fn calls_past_the_bound_are_answered_at_once() {
+        let (tx, rx) = watch::channel(Arc::new(table(5, 1)));
+        let service = service(rx, Stopping::never());
+        let wait = Duration::from_secs(20);
+        let hold = |known: u64| {
+            let s = service.clone();
+            tokio::spawn(async move { s.answer(known, wait).await })
+        };
+        let (a, b) = (hold(5), hold(5));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!a.is_finished() && !b.is_finished(), "both held");
+        let started = tokio::time::Instant::now();
+        let third = service.answer(5, wait).await.unwrap();
+        assert_eq!((started.elapsed(), third.len()), (Duration::ZERO, 0), "answered at once: current, not waited");
+        tx.send_replace(Arc::new(table(6, 1)));
+        let (_, _) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+        assert_eq!(service.held.load(Ordering::Acquire), 0, "every place freed");
+        let held_again = hold(6);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!held_again.is_finished(), "held again once places are free");
     }
 
     /// The long poll: held while there is nothing newer, answered the

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +35,7 @@ use crate::sync::accepted::{ACK_GRACE, Accepted};
 use super::clusters::{native_module, with_native_lb};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
 use crate::metrics::Metrics;
+use mvp_contract::limits::MAX_ADS_STREAMS;
 use crate::stopping::Stopping;
 
 #[derive(Clone)]
@@ -51,6 +52,9 @@ pub struct AdsServer {
     max_age: Option<Duration>,
     /// Who is connected, for `/table`.
     envoys: ConnectedEnvoys,
+    /// Streams open now, and the most there may be ([`MAX_ADS_STREAMS`]).
+    live: Arc<AtomicUsize>,
+    max_streams: usize,
 }
 
 impl AdsServer {
@@ -65,6 +69,8 @@ impl AdsServer {
             stopping: Stopping::never(),
             max_age: None,
             envoys: ConnectedEnvoys::default(),
+            live: Arc::default(),
+            max_streams: MAX_ADS_STREAMS,
         };
         (s, rx)
     }
@@ -301,6 +307,11 @@ impl AggregatedDiscoveryService for AdsServer {
     type DeltaAggregatedResourcesStream = DeltaStream;
 
     async fn stream_aggregated_resources(&self, request: Request<Streaming<DiscoveryRequest>>) -> Result<Response<AdsStream>, Status> {
+        if self.live.fetch_add(1, Ordering::AcqRel) >= self.max_streams {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(max = self.max_streams, "an ADS stream refused: as many are open as mvp-ext-proc serves");
+            return Err(Status::resource_exhausted(format!("mvp-ext-proc serves at most {} ADS streams", self.max_streams)));
+        }
         let mut inbound = request.into_inner();
         let (out, rx) = mpsc::channel(16);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -377,6 +388,7 @@ impl AggregatedDiscoveryService for AdsServer {
                 st.lagging.remove(&id);
             });
             l.server.envoys.gone(id);
+            l.server.live.fetch_sub(1, Ordering::AcqRel);
             l.server.metrics.xds_streams(-1);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -28,6 +28,9 @@ const METRIC_GAUGE: u32 = 1;
 /// `connection.subject_peer_certificate`, a property path (parts joined by NUL).
 const PEER_SUBJECT: &[u8] = b"connection\0subject_peer_certificate";
 
+/// `source.address`: the downstream remote address, `IP:port`.
+const SOURCE_ADDRESS: &[u8] = b"source\0address";
+
 #[link(wasm_import_module = "env")]
 unsafe extern "C" {
     fn proxy_get_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, return_value_data: *mut *mut u8, return_value_size: *mut usize) -> u32;
@@ -156,6 +159,10 @@ impl Host for AbiHost {
         let none: &[u8] = &[];
         // No body, no headers: the local reply mapper writes the Status.
         status(unsafe { proxy_send_local_response(status_code, details.as_ptr(), details.len(), none.as_ptr(), 0, none.as_ptr(), 0, -1) })
+    }
+
+    fn client_address(&self) -> Result<Option<Vec<u8>>, HostError> {
+        returned(|d, s| unsafe { proxy_get_property(SOURCE_ADDRESS.as_ptr(), SOURCE_ADDRESS.len(), d, s) })
     }
 
     fn peer_certificate_subject(&self) -> Result<Option<Vec<u8>>, HostError> {
