@@ -33,6 +33,11 @@ pub enum Variant {
     /// module (`native-filter/`, `envoy-config --filter native`). Counted
     /// only.
     Native,
+    /// (11) no filter, on the native build's bootstrap: its routes (no
+    /// per-list-length routes: the native build writes no host list) and no
+    /// module — the plain door with the same route walk as (9). Counted
+    /// only.
+    NoFilterNativeRoutes,
 }
 
 impl Variant {
@@ -43,7 +48,16 @@ impl Variant {
     /// The doors counted under callgrind: all but (5), whose cost is
     /// mostly its ext_proc server's, and the two routing floors.
     pub fn counted() -> Vec<Variant> {
-        vec![Variant::NoFilter, Variant::Wasm, Variant::Lua, Variant::WasmFloor, Variant::RoutingFloor, Variant::LuaRoutingFloor, Variant::Native]
+        vec![
+            Variant::NoFilter,
+            Variant::Wasm,
+            Variant::Lua,
+            Variant::WasmFloor,
+            Variant::RoutingFloor,
+            Variant::LuaRoutingFloor,
+            Variant::Native,
+            Variant::NoFilterNativeRoutes,
+        ]
     }
 
     /// The doors counted on the 5,000-GVR table: both builds of the filter.
@@ -65,6 +79,7 @@ impl Variant {
             Variant::RoutingFloor => "routing-floor",
             Variant::LuaRoutingFloor => "lua-routing-floor",
             Variant::Native => "native",
+            Variant::NoFilterNativeRoutes => "no-filter-native-routes",
         }
     }
 
@@ -78,6 +93,7 @@ impl Variant {
             Variant::RoutingFloor => "Envoy + a proxy-wasm module that reads :path and writes a fixed route header (routing floor)",
             Variant::LuaRoutingFloor => "Envoy + a Lua filter that reads :path and writes a fixed route header (Lua routing floor)",
             Variant::Native => "Envoy + mvp filter as a native dynamic module",
+            Variant::NoFilterNativeRoutes => "Envoy, no filter, with the native build's routes",
         }
     }
 
@@ -95,6 +111,7 @@ impl Variant {
             (Variant::LuaRoutingFloor, _) => 8,
             (Variant::Native, false) => 9,
             (Variant::Native, true) => 10,
+            (Variant::NoFilterNativeRoutes, _) => 11,
         }
     }
 
@@ -107,7 +124,7 @@ impl Variant {
     /// The filter build its bootstrap is rendered with.
     pub fn filter_build(&self) -> integration::harness::FilterBuild {
         match self {
-            Variant::Native => integration::harness::FilterBuild::Native,
+            Variant::Native | Variant::NoFilterNativeRoutes => integration::harness::FilterBuild::Native,
             _ => integration::harness::FilterBuild::Wasm,
         }
     }
@@ -117,7 +134,7 @@ impl Variant {
     }
 
     pub fn routes(&self) -> bool {
-        !matches!(self, Variant::NoFilter | Variant::WasmFloor)
+        !matches!(self, Variant::NoFilter | Variant::WasmFloor | Variant::NoFilterNativeRoutes)
     }
 
     /// Whether it routes by the route header (the native build pins by
@@ -136,6 +153,18 @@ impl Variant {
             Variant::NoFilter => {
                 remove_filter(hcm, "mvp.route");
                 remove_ext_proc(hcm);
+            }
+            Variant::NoFilterNativeRoutes => {
+                remove_filter(hcm, "mvp.route");
+                remove_ext_proc(hcm);
+                // No module at all: no refresher, and the node does not ask
+                // mvp-ext-proc for the module's balancer (plain round robin).
+                if let Some(c) = config.as_object_mut() {
+                    c.remove("bootstrap_extensions");
+                }
+                if let Some(m) = config["node"]["metadata"].as_object_mut() {
+                    m.remove(mvp_contract::envoy::NODE_NATIVE_MODULE);
+                }
             }
             Variant::Wasm | Variant::Native => remove_ext_proc(hcm),
             Variant::WasmFloor => {
