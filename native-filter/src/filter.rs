@@ -102,6 +102,10 @@ impl FilterConfig {
     /// A held request's wake: route it again by the newest table.
     pub fn on_wake(&self, filter: EnvoyPtr) {
         let Some(held) = hold::unpark(filter) else { return };
+        // Unparked: from here the request goes on, is parked again, or is
+        // answered — also if routing it panics (the hook's guard catches
+        // the panic; this answers instead of leaving it paused for good).
+        let unanswered = Unanswered(filter);
         let mut host = self.host(filter);
         host.set_holding(hold::now_ms() < held.deadline_ms);
         let seen = self.with_router(&host, 0, |router| {
@@ -109,7 +113,9 @@ impl FilterConfig {
             router.flush(&host);
             router.acted_on()
         });
-        if self.finish(&host, filter, seen, Some(held)) == abi::HEADERS_CONTINUE {
+        let status = self.finish(&host, filter, seen, Some(held));
+        std::mem::forget(unanswered);
+        if status == abi::HEADERS_CONTINUE {
             unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(filter) };
         }
     }
@@ -179,6 +185,20 @@ impl FilterConfig {
             if let Err(e) = host.set_property(HELD_PROPERTY, format!("{ms} {how}").as_bytes()) {
                 host.log(LogLevel::Warn, &format!("mvp router: setting {HELD_PROPERTY}: {e}"));
             }
+        }
+    }
+}
+
+/// A held request taken off its worker's list and not yet sent on: if it
+/// is dropped so (a panic while routing it), the request gets the 503
+/// Status (the local reply mapper writes it) rather than waiting forever.
+struct Unanswered(EnvoyPtr);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let details = b"mvp_hold_resume_failed";
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(self.0, 503, std::ptr::null(), 0, ModuleBuffer::of(&[]), ModuleBuffer::of(details));
         }
     }
 }
