@@ -86,6 +86,11 @@ impl FilterConfig {
     /// [`NativeHost`]'s `pin`). A request only closed apiservers serve is
     /// held when the configuration allows ([`hold`]).
     pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
+        // Requests this worker holds past any wake are woken here too (a
+        // thread-local check per request; the clock only when some are).
+        if hold::any_parked() {
+            hold::sweep(hold::now_ms());
+        }
         let mut host = self.host(filter);
         host.set_holding(self.hold.is_some());
         let (action, seen) = self.with_router(&host, (Action::Continue, 0), |router| {

@@ -121,6 +121,8 @@ struct Parked {
     waiter: Arc<Waiter>,
     /// Its client (`mvp_filter_core::hold::client_key`).
     client: u64,
+    /// Woken by the worker's sweep once already ([`sweep`]).
+    swept: bool,
 }
 
 thread_local! {
@@ -147,7 +149,7 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
     if main == 0 {
         return false;
     }
-    forget_ended(since_ms);
+    sweep(since_ms);
     let room = PARKED.with(|p| p.try_borrow().is_ok_and(|p| has_room(p.iter().map(|x| x.client), client, max_held, per_client)));
     if !room {
         return false;
@@ -157,7 +159,7 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
         return false;
     }
     let waiter = Arc::new(Waiter { scheduler: Mutex::new(Some(scheduler as usize)), seen, deadline_ms });
-    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone(), client };
+    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone(), client, swept: false };
     if PARKED.with(|p| p.try_borrow_mut().map(|mut p| p.push(parked)).is_err()) {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
         return false;
@@ -171,21 +173,34 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
     true
 }
 
-/// How long past its deadline a parked request can only be a stream that
-/// ended without the stream-end hook reaching us: the main thread wakes
-/// every request at its deadline.
+/// How long past its deadline a parked request means its wake was lost:
+/// the main thread wakes every request at its deadline, so it stalled (or
+/// the stream ended without the stream-end hook reaching us).
 const ENDED_AFTER_MS: u64 = 10_000;
 
-/// Drops parked requests long past their deadline, so they hold no room.
-fn forget_ended(now: u64) {
+/// The worker's own sweep, never a forgetting one: a parked request long
+/// past its deadline is woken by the worker itself (its wake routes it or
+/// answers the 503, as the main thread's would have); one still parked a
+/// second [`ENDED_AFTER_MS`] after that has no stream left to wake, and is
+/// dropped so it holds no room.
+pub fn sweep(now: u64) {
     PARKED.with(|p| {
         let Ok(mut p) = p.try_borrow_mut() else { return };
-        p.retain(|x| {
-            let ended = now > x.span.deadline_ms.saturating_add(ENDED_AFTER_MS);
-            if ended && let Some(s) = x.waiter.take() {
+        p.retain_mut(|x| {
+            let overdue = now > x.span.deadline_ms.saturating_add(ENDED_AFTER_MS);
+            if !overdue {
+                return true;
+            }
+            if !x.swept {
+                x.swept = true;
+                commit(&x.waiter);
+                return true;
+            }
+            let gone = now > x.span.deadline_ms.saturating_add(2 * ENDED_AFTER_MS);
+            if gone && let Some(s) = x.waiter.take() {
                 unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(s as *mut c_void) };
             }
-            !ended
+            !gone
         });
     });
 }
