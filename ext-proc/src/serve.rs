@@ -46,6 +46,11 @@ pub struct ServeOptions {
     pub username_header: String,
     /// ADS streams end after this long (`xds::ads`); `None` never.
     pub ads_max_stream_age: Option<Duration>,
+    /// At most this many ADS streams at once (`MAX_ADS_STREAMS` by default).
+    pub max_ads_streams: usize,
+    /// At most this many `GetTable` long polls held at once
+    /// (`MAX_HELD_TABLE_CALLS` by default).
+    pub max_held_table_calls: usize,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -107,7 +112,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::unpublished());
     let (stop, stopping) = Stop::new();
     let (ads, accepted) = AdsServer::new(snapshot, metrics.clone());
-    let ads = ads.ending_streams_at(stopping.clone()).with_max_stream_age(o.ads_max_stream_age);
+    let ads = ads.ending_streams_at(stopping.clone()).with_max_stream_age(o.ads_max_stream_age).with_max_streams(o.max_ads_streams);
     let envoys = ads.envoys();
     let syncer = syncer.gated_on(accepted);
     let endpoints = XdsPublisher {
@@ -151,7 +156,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .add_service(health)
         .add_service(ads.service())
-        .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone()))
+        .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone(), o.max_held_table_calls))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
     tokio::spawn(stop.on_signal());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));

@@ -213,3 +213,61 @@ async fn an_envoy_past_its_heap_bound_sheds_requests_with_a_503_status() {
     assert_eq!((&shed["kind"], &shed["reason"]), (&"Status".into(), &"ServiceUnavailable".into()), "{shed}");
     assert!(shed["message"].as_str().unwrap_or("").contains("overloaded"), "{shed}");
 }
+
+/// A rogue client of mvp-ext-proc's gRPC port (no authentication yet:
+/// issue 47 item 2) opening ADS streams and `GetTable` long polls by the
+/// dozen. Before, each was served and held (a task and a snapshot or a
+/// table per call, without bound); now ADS streams past `--max-ads-streams`
+/// are refused `RESOURCE_EXHAUSTED` and long polls past
+/// `--max-held-table-calls` are answered at once (2 and 4 here; 4096 and
+/// 8192 by default) — and the Envoy routes on.
+#[tokio::test]
+async fn a_rogue_control_plane_client_cannot_hold_streams_or_long_polls_without_bound() {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use mvp_protos::routing::v1 as pb;
+    let options = Options {
+        ext_proc_args: vec!["--max-ads-streams".into(), "2".into(), "--max-held-table-calls".into(), "4".into()],
+        ..Options::default()
+    };
+    let door = FrontDoor::start(&three_fakes(), options).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", door.grpc_port)).unwrap().connect().await.unwrap();
+    // A stream whose requests go on until its sender is dropped.
+    let ads = |id: &str| {
+        let mut client = AggregatedDiscoveryServiceClient::new(channel.clone());
+        let subscribe = DiscoveryRequest {
+            node: Some(Node { id: id.into(), ..Default::default() }),
+            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+            ..Default::default()
+        };
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let _ = tx.unbounded_send(subscribe);
+        async move { client.stream_aggregated_resources(rx).await.map(|r| (tx, r)) }
+    };
+    // The door's Envoy holds one stream; the rogue gets the second, then no more.
+    let first = ads("rogue-1").await.expect("a second stream is served");
+    let refused = ads("rogue-2").await.expect_err("a third stream is refused");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    // Long polls for the current table: past the bound, answered at once.
+    let version: u64 = door.table().await.unwrap()["version"].as_str().unwrap().parse().unwrap();
+    let polls: Vec<_> = (0..10)
+        .map(|_| {
+            let mut client = pb::routing_table_service_client::RoutingTableServiceClient::new(channel.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let r = tokio::time::timeout(Duration::from_secs(3), client.get_table(pb::GetTableRequest { known_version: version, wait_ms: 20_000 })).await;
+                (r.is_ok(), started.elapsed())
+            })
+        })
+        .collect();
+    let polls: Vec<(bool, Duration)> = futures::future::join_all(polls).await.into_iter().map(|r| r.unwrap()).collect();
+    let at_once = polls.iter().filter(|(answered, took)| *answered && *took < Duration::from_secs(1)).count();
+    assert!(at_once >= 6, "only {at_once} of 10 long polls past the bound answered at once: {polls:?}");
+    // The Envoy routes on; a stream freed is a stream served again.
+    let resp = door.http.get(door.url("/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(first);
+    let again = wait_for("a stream served once one is free", Duration::from_secs(10), || async { ads("rogue-3").await.ok().map(|_| ()) }).await;
+    assert!(again.is_ok(), "no stream served after the rogue's closed");
+}

@@ -190,6 +190,14 @@ struct ServeArgs {
     /// preferred one; Envoy keeps its configuration while it reconnects.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30m")]
     ads_max_stream_age: Duration,
+    /// The most ADS streams served at once (one per Envoy); beyond it a new
+    /// one is refused RESOURCE_EXHAUSTED and Envoy retries with backoff.
+    #[arg(long, default_value_t = mvp_contract::limits::MAX_ADS_STREAMS)]
+    max_ads_streams: usize,
+    /// The most GetTable long polls held at once; beyond it a call is
+    /// answered at once, as one that allows no wait.
+    #[arg(long, default_value_t = mvp_contract::limits::MAX_HELD_TABLE_CALLS)]
+    max_held_table_calls: usize,
     #[command(flatten)]
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
@@ -274,6 +282,8 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),
         ads_max_stream_age: Some(a.ads_max_stream_age),
+        max_ads_streams: a.max_ads_streams,
+        max_held_table_calls: a.max_held_table_calls,
     })
 }
 

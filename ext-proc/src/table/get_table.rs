@@ -33,7 +33,6 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
-use mvp_contract::limits::MAX_HELD_TABLE_CALLS;
 use crate::stopping::Stopping;
 
 const SERVICE: &str = "mvp.routing.v1.RoutingTableService";
@@ -44,7 +43,8 @@ pub struct TableService {
     stopping: Stopping,
     /// The encoded `GetTableResponse` carrying the table of that version.
     encoded: Mutex<Option<(u64, Bytes)>>,
-    /// Calls held now, and the most there may be ([`MAX_HELD_TABLE_CALLS`]).
+    /// Calls held now, and the most there may be
+    /// (`mvp_contract::limits::MAX_HELD_TABLE_CALLS` by default).
     held: AtomicUsize,
     max_held: usize,
 }
@@ -62,8 +62,9 @@ impl Drop for HeldCall<'_> {
 const WAITED: &[u8] = &[0x10, 0x01];
 
 impl TableService {
-    pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>, stopping: Stopping) -> TableServer {
-        TableServer(Arc::new(TableService { table, metrics, stopping, encoded: Mutex::new(None), held: AtomicUsize::new(0), max_held: MAX_HELD_TABLE_CALLS }))
+    /// `max_held`: calls held at once at most (`--max-held-table-calls`).
+    pub fn server(table: watch::Receiver<Arc<pb::RoutingTable>>, metrics: Arc<Metrics>, stopping: Stopping, max_held: usize) -> TableServer {
+        TableServer(Arc::new(TableService { table, metrics, stopping, encoded: Mutex::new(None), held: AtomicUsize::new(0), max_held }))
     }
 
     /// The encoded answer to a refresher that holds `known_version`, once
@@ -347,7 +348,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tonic::transport::Server::builder()
-            .add_service(TableService::server(rx, Metrics::new(), Stopping::never()))
+            .add_service(TableService::server(rx, Metrics::new(), Stopping::never(), mvp_contract::limits::MAX_HELD_TABLE_CALLS))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
         tokio::spawn(server);
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();

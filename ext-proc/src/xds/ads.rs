@@ -91,6 +91,11 @@ impl AdsServer {
         AdsServer { max_age: age.filter(|a| !a.is_zero()), ..self }
     }
 
+    /// At most `n` streams at once (at least one).
+    pub fn with_max_streams(self, n: usize) -> AdsServer {
+        AdsServer { max_streams: n.max(1), ..self }
+    }
+
     /// The Envoys connected now, and the build each runs.
     pub fn envoys(&self) -> ConnectedEnvoys {
         self.envoys.clone()
