@@ -22,7 +22,25 @@ use std::time::{Duration, Instant};
 
 use mvp_contract::envoy::NATIVE_MODULE_ENVOY;
 
-use super::FilterBuild;
+/// The routing filter Envoy loads: the same router either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterBuild {
+    /// `mvp_wasm_filter.wasm` in Envoy's V8: any Envoy with wasm.
+    Wasm(String),
+    /// `libmvp_native_filter.so`, an Envoy dynamic module: past the
+    /// proxy-wasm per-request floor, but built for one Envoy (1.40.x).
+    Native(String),
+}
+
+impl FilterBuild {
+    /// `native` or `wasm`: in the node metadata and the access log.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FilterBuild::Wasm(_) => "wasm",
+            FilterBuild::Native(_) => "native",
+        }
+    }
+}
 
 /// `--filter`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

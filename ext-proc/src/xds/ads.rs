@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,10 +50,9 @@ pub struct AdsServer {
     stopping: Stopping,
     /// Streams end after about this long (`--ads-max-stream-age`).
     max_age: Option<Duration>,
-    /// Who is connected, for `/table`.
+    /// Who is connected, for `/table`; admits streams up to `max_streams`
+    /// ([`MAX_ADS_STREAMS`] unless set).
     envoys: ConnectedEnvoys,
-    /// Streams open now, and the most there may be ([`MAX_ADS_STREAMS`]).
-    live: Arc<AtomicUsize>,
     max_streams: usize,
 }
 
@@ -69,7 +68,6 @@ impl AdsServer {
             stopping: Stopping::never(),
             max_age: None,
             envoys: ConnectedEnvoys::default(),
-            live: Arc::default(),
             max_streams: MAX_ADS_STREAMS,
         };
         (s, rx)
@@ -312,8 +310,7 @@ impl AggregatedDiscoveryService for AdsServer {
     type DeltaAggregatedResourcesStream = DeltaStream;
 
     async fn stream_aggregated_resources(&self, request: Request<Streaming<DiscoveryRequest>>) -> Result<Response<AdsStream>, Status> {
-        if self.live.fetch_add(1, Ordering::AcqRel) >= self.max_streams {
-            self.live.fetch_sub(1, Ordering::AcqRel);
+        if !self.envoys.admit(self.max_streams) {
             tracing::warn!(max = self.max_streams, "an ADS stream refused: as many are open as mvp-ext-proc serves");
             return Err(Status::resource_exhausted(format!("mvp-ext-proc serves at most {} ADS streams", self.max_streams)));
         }
@@ -393,7 +390,6 @@ impl AggregatedDiscoveryService for AdsServer {
                 st.lagging.remove(&id);
             });
             l.server.envoys.gone(id);
-            l.server.live.fetch_sub(1, Ordering::AcqRel);
             l.server.metrics.xds_streams(-1);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
