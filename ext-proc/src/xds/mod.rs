@@ -18,6 +18,7 @@
 
 pub mod acks;
 pub mod ads;
+mod ads_stream;
 pub mod clusters;
 pub mod endpoints;
 pub mod envoys;
