@@ -13,6 +13,24 @@ pub const APISERVERS_CLUSTER: &str = "apiservers";
 /// requestheaders (a client certificate it verified).
 pub const APISERVERS_REQUESTHEADER_CLUSTER: &str = "apiservers_requestheader";
 
+/// The two clusters above speak HTTP/2: every request from every client to
+/// one apiserver shares a worker's one connection (as many as the server's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` needs). These twins speak HTTP/1.1,
+/// for upgrade requests only (exec, attach, port-forward: SPDY and
+/// WebSocket take over a connection of their own); the routes send a
+/// request with an `upgrade` header here.
+pub const APISERVERS_HTTP1_CLUSTER: &str = "apiservers_http1";
+pub const APISERVERS_REQUESTHEADER_HTTP1_CLUSTER: &str = "apiservers_requestheader_http1";
+
+/// The HTTP/1.1 twin of an apiserver cluster (itself for any other name).
+pub fn http1_twin(cluster: &str) -> &str {
+    match cluster {
+        APISERVERS_CLUSTER => APISERVERS_HTTP1_CLUSTER,
+        APISERVERS_REQUESTHEADER_CLUSTER => APISERVERS_REQUESTHEADER_HTTP1_CLUSTER,
+        other => other,
+    }
+}
+
 /// The cluster that reaches mvp-ext-proc's gRPC listener (HTTP/2): the
 /// refresher's `GetTable` calls and ext_proc for `/apis`.
 pub const EXT_PROC_CLUSTER: &str = "mvp_ext_proc";

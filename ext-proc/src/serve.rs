@@ -51,6 +51,8 @@ pub struct ServeOptions {
     /// At most this many `GetTable` long polls held at once
     /// (`MAX_HELD_TABLE_CALLS` by default).
     pub max_held_table_calls: usize,
+    /// `--apiserver-http2-max-streams-per-connection`.
+    pub apiserver_http2_max_streams: u32,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -108,6 +110,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         tls_files_digest: rotation.as_ref().map(|(r, _)| r.digest.borrow().clone()).unwrap_or_default(),
         peer_tls: o.peer_tls.clone(),
         username_header: o.username_header.clone(),
+        http2_max_streams: Some(o.apiserver_http2_max_streams),
     };
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::unpublished());
     let (stop, stopping) = Stop::new();

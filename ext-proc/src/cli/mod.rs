@@ -198,6 +198,14 @@ struct ServeArgs {
     /// answered at once, as one that allows no wait.
     #[arg(long, default_value_t = mvp_contract::limits::MAX_HELD_TABLE_CALLS)]
     max_held_table_calls: usize,
+    /// Streams Envoy opens at most on one HTTP/2 connection to an apiserver:
+    /// the apiservers' `--http2-max-streams-per-connection` (kube's default
+    /// 1000). Envoy follows a lower value a server announces on a connection,
+    /// but fills a new connection by this bound before the server's SETTINGS
+    /// arrive: set it when that flag is lowered on the apiservers, or the
+    /// streams past it are refused (and retried on another apiserver only).
+    #[arg(long, default_value_t = crate::xds::APISERVER_HTTP2_MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..=32768))]
+    apiserver_http2_max_streams_per_connection: u32,
     #[command(flatten)]
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
@@ -284,6 +292,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ads_max_stream_age: Some(a.ads_max_stream_age),
         max_ads_streams: a.max_ads_streams,
         max_held_table_calls: a.max_held_table_calls,
+        apiserver_http2_max_streams: a.apiserver_http2_max_streams_per_connection,
     })
 }
 

@@ -2,7 +2,7 @@
 //! `/openapi/v3` index) through ext_proc, one route per number of
 //! apiservers the filter pinned a request to, and the default route.
 
-use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER};
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, http1_twin};
 use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT, UPSTREAM_TIMEOUT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
@@ -173,19 +173,23 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
         })
     };
     let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
-    // Each route below three times: reads that are not long-running first
-    // (their retry policy, with the idle bound), then long-running reads
-    // (the filter marked them: no idle bound, a watch may be quiet for
-    // minutes), then any method. Without an idle bound, twice.
+    // Each route below four times: upgrade requests first (exec, attach,
+    // port-forward: to the HTTP/1.1 twin, retried only where they never
+    // reached a server), then reads that are not long-running (their retry
+    // policy, with the idle bound), then long-running reads (the filter
+    // marked them: no idle bound, a watch may be quiet for minutes), then
+    // any method. Without an idle bound, three times.
+    let http1 = http1_twin(cluster);
+    let upgrade = || json!({"name": "upgrade", "present_match": true});
     let read = || json!({"name": ":method", "string_match": {"safe_regex": {"regex": READ_METHODS}}});
     let not_long_running = || json!({"name": UPSTREAM_TIMEOUT, "present_match": false});
     let variants = |first: Vec<Value>| {
-        let mut v = Vec::new();
+        let mut v = vec![([first.clone(), vec![upgrade()]].concat(), http1, Retry::NeverReached, false)];
         if t.read_idle.is_some() {
-            v.push(([first.clone(), vec![read(), not_long_running()]].concat(), Retry::Read, true));
+            v.push(([first.clone(), vec![read(), not_long_running()]].concat(), cluster, Retry::Read, true));
         }
-        v.push(([first.clone(), vec![read()]].concat(), Retry::Read, false));
-        v.push((first, Retry::NeverReached, false));
+        v.push(([first.clone(), vec![read()]].concat(), cluster, Retry::Read, false));
+        v.push((first, cluster, Retry::NeverReached, false));
         v
     };
     // Requests the wasm filter pinned (it sets only the route header;
@@ -196,7 +200,7 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
     // it again.
     for k in (1..=MAX_LISTED_APISERVERS).filter(|_| per_list) {
         let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
-        for (headers, retry, idle) in variants(vec![hosts]) {
+        for (headers, cluster, retry, idle) in variants(vec![hosts]) {
             routes.push(json!({
                 "match": {"prefix": "/", "headers": with_identity(headers)},
                 "route": to_apiservers(cluster, k - 1, retry, t, idle),
@@ -208,7 +212,7 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
             }));
         }
     }
-    for (headers, retry, idle) in variants(vec![]) {
+    for (headers, cluster, retry, idle) in variants(vec![]) {
         routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, all, retry, t, idle), "typed_per_filter_config": without_ext_proc()}));
     }
     routes
@@ -226,7 +230,7 @@ mod tests {
     fn pinned_requests_retry_only_within_their_list() {
         let r = routes(None, false, true, &t());
         let m = MERGED_PATHS.len();
-        let set = m + 3 * (MAX_LISTED_APISERVERS + 1);
+        let set = m + 4 * (MAX_LISTED_APISERVERS + 1);
         // The two unavailable answers come first: resources with Retry-After,
         // documents without.
         let u = 2;
@@ -240,16 +244,18 @@ mod tests {
         assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
         assert_eq!(with_identity[u - 1 + 2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
-        // k = 1: reads not long-running, long-running reads, any method; k = 2 likewise.
+        // k = 1: upgrades, reads not long-running, long-running reads, any
+        // method; k = 2 likewise.
         assert_eq!(r[u + m]["route"]["retry_policy"]["num_retries"], 0);
-        assert_eq!(r[u + m + 3]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[u + m + 3]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        assert_eq!(r[u + m + 4]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[u + m + 5]["route"]["retry_policy"]["num_retries"], 1);
+        assert_eq!(r[u + m + 5]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
         let policy = |i: usize| r[u + m + i]["route"]["retry_policy"]["retry_on"].as_str().unwrap().to_string();
-        assert_eq!(r[u + m + 3]["match"]["headers"][1]["name"], ":method");
-        assert!(policy(3).contains(",reset,") && policy(3).contains("retriable-status-codes"), "reads retry a reset and a 429");
-        assert_eq!(r[u + m + 3]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
-        assert_eq!(policy(5), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
-        assert!(r[u + m + 5]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
+        assert_eq!(r[u + m + 5]["match"]["headers"][1]["name"], ":method");
+        assert!(policy(5).contains(",reset,") && policy(5).contains("retriable-status-codes"), "reads retry a reset and a 429");
+        assert_eq!(r[u + m + 5]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
+        assert_eq!(policy(7), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
+        assert!(r[u + m + 7]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));
@@ -272,7 +278,40 @@ mod tests {
         }
         // Without an idle bound: no split.
         let none = routes(None, false, true, &Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::ZERO));
-        assert_eq!(none.len(), 2 + MERGED_PATHS.len() + 2 * (MAX_LISTED_APISERVERS + 1));
+        assert_eq!(none.len(), 2 + MERGED_PATHS.len() + 3 * (MAX_LISTED_APISERVERS + 1));
+    }
+
+    /// Only upgrade requests go to the HTTP/1.1 twins, before any other
+    /// route of their set could take them; everything else to the HTTP/2
+    /// clusters. An upgrade is never retried once it reached a server.
+    #[test]
+    fn upgrades_and_only_upgrades_go_to_the_http1_twins() {
+        use mvp_contract::envoy::{APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER};
+        for per_list in [true, false] {
+            let r = routes(Some("x-remote-user"), false, per_list, &t());
+            let mut seen_upgrade_last = false;
+            for route in r.iter().filter(|r| r.get("route").is_some()) {
+                let headers = route["match"]["headers"].as_array().cloned().unwrap_or_default();
+                let upgrade = headers.iter().any(|h| h["name"] == "upgrade" && h["present_match"] == true);
+                let identity = headers.iter().any(|h| h["name"] == "x-remote-user");
+                let cluster = route["route"]["cluster"].as_str().unwrap();
+                let want = match (upgrade, identity) {
+                    (true, true) => APISERVERS_REQUESTHEADER_HTTP1_CLUSTER,
+                    (true, false) => APISERVERS_HTTP1_CLUSTER,
+                    (false, true) => APISERVERS_REQUESTHEADER_CLUSTER,
+                    (false, false) => APISERVERS_CLUSTER,
+                };
+                assert_eq!(cluster, want, "{route}");
+                if upgrade {
+                    assert_eq!(route["route"]["retry_policy"]["retry_on"], "connect-failure,refused-stream,reset-before-request");
+                    assert!(route["route"]["retry_policy"]["per_try_idle_timeout"].is_null());
+                } else if route["match"].get("prefix").is_some() && !seen_upgrade_last {
+                    panic!("a prefix route before its set's upgrade route: {route}");
+                }
+                // Within a set, the upgrade route opens each group.
+                seen_upgrade_last = upgrade || (seen_upgrade_last && route["match"].get("prefix").is_some());
+            }
+        }
     }
 
     /// The native build never writes a host list into the route header:
@@ -280,7 +319,7 @@ mod tests {
     #[test]
     fn the_native_build_has_no_per_list_routes() {
         let r = routes(None, false, false, &t());
-        assert_eq!(r.len(), 2 + MERGED_PATHS.len() + 3);
+        assert_eq!(r.len(), 2 + MERGED_PATHS.len() + 4);
         assert!(r.iter().all(|route| route["match"]["headers"].as_array().is_none_or(|h| h.iter().all(|h| h["name"] != ROUTE || route.get("direct_response").is_some()))));
     }
 

@@ -33,9 +33,10 @@ use envoy_types::pb::google::protobuf::{Any, Duration, UInt32Value};
 use envoy_types::util::pack_any;
 use mvp_contract::envoy::{FILTER_STATS_NAMESPACE, NATIVE_LB_NAME, NODE_NATIVE_MODULE};
 use prost::Message;
-use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, http1_twin};
 use mvp_contract::headers::ROUTE;
 
+use crate::envoy_config::edge::{MAX_CONCURRENT_STREAMS, STREAM_WINDOW_BYTES};
 use crate::tls::PeerTls;
 
 /// What the clusters are made of: the same flags `mvp-ext-proc serve` uses
@@ -49,6 +50,9 @@ pub struct ClusterOptions {
     /// A digest of the TLS files' contents, carried in cluster metadata so a
     /// rotated certificate changes the cluster and Envoy loads it again.
     pub tls_files_digest: String,
+    /// Streams per HTTP/2 apiserver connection at most; `None`:
+    /// [`APISERVER_HTTP2_MAX_STREAMS`].
+    pub http2_max_streams: Option<u32>,
 }
 
 /// Who the requestheader cluster's health checks authenticate as.
@@ -66,32 +70,85 @@ fn file(p: &std::path::Path) -> Option<core::DataSource> {
     Some(core::DataSource { specifier: Some(core::data_source::Specifier::Filename(p.to_string_lossy().into_owned())), ..Default::default() })
 }
 
-/// Both apiserver clusters: one without a client certificate, and, when a
-/// proxy client certificate is configured, one that presents it (the
-/// route table sends requests carrying a verified identity there).
-pub fn clusters(o: &ClusterOptions) -> Vec<cluster::Cluster> {
-    let mut out = vec![apiserver_cluster(o, APISERVERS_CLUSTER, false)];
-    if o.peer_tls.as_ref().is_some_and(|p| p.client.is_some()) {
-        out.push(apiserver_cluster(o, APISERVERS_REQUESTHEADER_CLUSTER, true));
-    }
-    out
+/// Which HTTP a cluster speaks to the apiservers.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Http {
+    /// HTTP/2: every request a worker sends one apiserver shares one
+    /// connection (a watch is a stream, not a connection and a TLS session),
+    /// as kube's own clients do; Envoy opens another when the server's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (`--http2-max-streams-per-connection`)
+    /// is reached, and drains one the server sends `GOAWAY` on
+    /// (`--goaway-chance`). Over TLS negotiated by ALPN: a server that does
+    /// not offer h2 gets HTTP/1.1 on that connection.
+    Two,
+    /// HTTP/1.1, for upgrade requests only (SPDY and WebSocket take over the
+    /// connection; kube-apiserver has no extended CONNECT).
+    OneForUpgrades,
 }
 
-fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool) -> cluster::Cluster {
-    let mut typed_extension_protocol_options = HashMap::new();
-    typed_extension_protocol_options.insert(
-        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
-        pack_any(http_options::HttpProtocolOptions {
-            upstream_protocol_options: Some(http_options::http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
-                http_options::http_protocol_options::ExplicitHttpConfig {
-                    protocol_config: Some(http_options::http_protocol_options::explicit_http_config::ProtocolConfig::HttpProtocolOptions(
-                        core::Http1ProtocolOptions::default(),
-                    )),
-                },
-            )),
+/// Streams Envoy puts on one apiserver connection at most, by default:
+/// kube-apiserver's own default (`--http2-max-streams-per-connection`). A
+/// server that allows fewer says so in its SETTINGS and Envoy follows it on
+/// that connection — but Envoy 1.40 fills each new connection by this bound
+/// before the SETTINGS arrive (measured: a server allowing 10 refused 80 of
+/// 100 watches), so a lowered server flag needs this one lowered too
+/// (`serve --apiserver-http2-max-streams-per-connection`).
+pub const APISERVER_HTTP2_MAX_STREAMS: u32 = MAX_CONCURRENT_STREAMS;
+
+/// The apiserver connection's flow-control windows. Per stream the client
+/// side's (a bigger one would only hold more in Envoy for a client that
+/// reads at that pace); per connection enough for every stream's window at
+/// once, so streams whose clients stopped reading (they keep their window
+/// unconsumed) never stall the other clients' streams sharing the
+/// connection — what Envoy holds per connection stays bounded (64 MB at
+/// 1000 streams).
+const UPSTREAM_STREAM_WINDOW_BYTES: u32 = STREAM_WINDOW_BYTES;
+
+/// The apiserver clusters: one without a client certificate, and, when a
+/// proxy client certificate is configured, one that presents it (the
+/// route table sends requests carrying a verified identity there); each
+/// over HTTP/2, with an HTTP/1.1 twin for upgrades ([`http1_twin`]).
+pub fn clusters(o: &ClusterOptions) -> Vec<cluster::Cluster> {
+    let requestheader = o.peer_tls.as_ref().is_some_and(|p| p.client.is_some());
+    [(APISERVERS_CLUSTER, false), (APISERVERS_REQUESTHEADER_CLUSTER, true)]
+        .into_iter()
+        .filter(|(_, proxy_certificate)| !proxy_certificate || requestheader)
+        .flat_map(|(name, proxy_certificate)| {
+            [apiserver_cluster(o, name, proxy_certificate, Http::Two), apiserver_cluster(o, http1_twin(name), proxy_certificate, Http::OneForUpgrades)]
+        })
+        .collect()
+}
+
+/// How the cluster speaks HTTP: [`Http`].
+fn protocol_options(http: Http, tls: bool, max_streams: u32) -> http_options::HttpProtocolOptions {
+    use http_options::http_protocol_options::{AutoHttpConfig, ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig};
+    let http2 = core::Http2ProtocolOptions {
+        max_concurrent_streams: u32v(max_streams),
+        initial_stream_window_size: u32v(UPSTREAM_STREAM_WINDOW_BYTES),
+        // At most 2^31-1 (the flag's range keeps it there).
+        initial_connection_window_size: u32v(max_streams.saturating_mul(UPSTREAM_STREAM_WINDOW_BYTES).min(i32::MAX as u32)),
+        ..Default::default()
+    };
+    let options = match (http, tls) {
+        (Http::OneForUpgrades, _) => UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(core::Http1ProtocolOptions::default())),
+        }),
+        // Plaintext (test fakes): prior knowledge.
+        (Http::Two, false) => UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig { protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(http2)) }),
+        (Http::Two, true) => UpstreamProtocolOptions::AutoConfig(AutoHttpConfig {
+            http_protocol_options: Some(core::Http1ProtocolOptions::default()),
+            http2_protocol_options: Some(http2),
             ..Default::default()
         }),
-    );
+    };
+    http_options::HttpProtocolOptions { upstream_protocol_options: Some(options), ..Default::default() }
+}
+
+fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool, http: Http) -> cluster::Cluster {
+    let typed_extension_protocol_options = HashMap::from([(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
+        pack_any(protocol_options(http, o.peer_tls.is_some(), o.http2_max_streams.unwrap_or(APISERVER_HTTP2_MAX_STREAMS))),
+    )]);
     let metadata = (!o.tls_files_digest.is_empty()).then(|| core::Metadata {
         filter_metadata: HashMap::from([(
             "mvp-envoy".to_string(),
@@ -111,8 +168,8 @@ fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool) ->
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(cluster::cluster::DiscoveryType::Eds as i32)),
         eds_cluster_config: Some(cluster::cluster::EdsClusterConfig { eds_config: Some(super::ads_source()), service_name: String::new() }),
         connect_timeout: secs(2),
-        // Every watch holds an upstream HTTP/1.1 connection; Envoy's defaults
-        // (1,024) would cap a cluster's watchers.
+        // Envoy's defaults (1,024 requests, connections) would cap a
+        // cluster's watchers.
         circuit_breakers: Some(cluster::CircuitBreakers {
             thresholds: vec![cluster::circuit_breakers::Thresholds {
                 max_connections: u32v(1_000_000),
@@ -123,7 +180,7 @@ fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool) ->
             }],
             ..Default::default()
         }),
-        transport_socket: o.peer_tls.as_ref().map(|p| upstream_tls(p, proxy_certificate)),
+        transport_socket: o.peer_tls.as_ref().map(|p| upstream_tls(p, proxy_certificate, http)),
         load_balancing_policy: Some(override_host_policy()),
         typed_extension_protocol_options,
         health_checks: vec![readyz_check(proxy_certificate.then_some(o.username_header.as_str()))],
@@ -189,9 +246,8 @@ fn readyz_check(identity_header: Option<&str>) -> core::HealthCheck {
 /// Upstream mTLS: apiservers must present a certificate from
 /// `--peer-ca-file` for the peer server name (kube: kubernetes.default.svc);
 /// with `proxy_certificate`, the front door presents its proxy client
-/// certificate. HTTP/1.1 only, so exec/attach/port-forward upgrades pass
-/// through as they are.
-fn upstream_tls(p: &PeerTls, proxy_certificate: bool) -> core::TransportSocket {
+/// certificate.
+fn upstream_tls(p: &PeerTls, proxy_certificate: bool, http: Http) -> core::TransportSocket {
     let tls_certificates = p
         .client
         .as_ref()
@@ -200,7 +256,13 @@ fn upstream_tls(p: &PeerTls, proxy_certificate: bool) -> core::TransportSocket {
         .unwrap_or_default();
     let common = tls::CommonTlsContext {
         tls_certificates,
-        alpn_protocols: vec!["http/1.1".to_string()],
+        // HTTP/2: none here, Envoy's pool offers "h2,http/1.1" itself; a
+        // health check connection offers none and gets HTTP/1.1, the
+        // health checker's codec.
+        alpn_protocols: match http {
+            Http::Two => vec![],
+            Http::OneForUpgrades => vec!["http/1.1".to_string()],
+        },
         validation_context_type: Some(tls::common_tls_context::ValidationContextType::ValidationContext(
             tls::CertificateValidationContext {
                 trusted_ca: file(&p.ca_file),
@@ -323,10 +385,58 @@ pub fn with_native_lb(any: &Any, module: &str) -> Option<Any> {
 mod tests {
     use super::*;
 
+    fn protocol(c: &cluster::Cluster) -> http_options::http_protocol_options::UpstreamProtocolOptions {
+        let any = &c.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+        http_options::HttpProtocolOptions::decode(any.value.as_slice()).unwrap().upstream_protocol_options.unwrap()
+    }
+
+    fn alpn(c: &cluster::Cluster) -> Vec<String> {
+        let Some(core::transport_socket::ConfigType::TypedConfig(any)) = &c.transport_socket.as_ref().unwrap().config_type else { panic!() };
+        tls::UpstreamTlsContext::decode(any.value.as_slice()).unwrap().common_tls_context.unwrap().alpn_protocols
+    }
+
+    /// Every request shares HTTP/2 connections (prior knowledge in
+    /// plaintext, ALPN over TLS with HTTP/1.1 for a server without h2),
+    /// with kube's stream bound and windows no stalled stream can exhaust;
+    /// each cluster's HTTP/1.1 twin carries upgrades.
+    #[test]
+    fn http2_to_the_apiservers_and_http1_twins_for_upgrades() {
+        use http_options::http_protocol_options::{UpstreamProtocolOptions as U, explicit_http_config::ProtocolConfig as P};
+        use mvp_contract::envoy::{APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER};
+        let plain = clusters(&ClusterOptions::default());
+        assert_eq!(plain.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), [APISERVERS_CLUSTER, APISERVERS_HTTP1_CLUSTER]);
+        let U::ExplicitHttpConfig(e) = protocol(&plain[0]) else { panic!("plaintext: prior knowledge") };
+        let Some(P::Http2ProtocolOptions(h2)) = e.protocol_config else { panic!("HTTP/2") };
+        assert_eq!(h2.max_concurrent_streams, u32v(1000));
+        assert_eq!(h2.initial_stream_window_size, u32v(64 << 10));
+        assert_eq!(h2.initial_connection_window_size.unwrap().value, 1000 * (64 << 10), "every stream's window at once");
+        let lowered = clusters(&ClusterOptions { http2_max_streams: Some(10), ..Default::default() });
+        let U::ExplicitHttpConfig(e) = protocol(&lowered[0]) else { panic!() };
+        let Some(P::Http2ProtocolOptions(low)) = e.protocol_config else { panic!() };
+        assert_eq!((low.max_concurrent_streams, low.initial_connection_window_size), (u32v(10), u32v(10 * (64 << 10))));
+        let U::ExplicitHttpConfig(e) = protocol(&plain[1]) else { panic!() };
+        assert!(matches!(e.protocol_config, Some(P::HttpProtocolOptions(_))));
+
+        let dir = std::env::temp_dir();
+        let p = PeerTls { ca_file: dir.join("ca"), ca: vec![], client: None, server_name: "kubernetes.default.svc".into() };
+        let mut with_tls = ClusterOptions { peer_tls: Some(p), ..Default::default() };
+        let tls = clusters(&with_tls);
+        let U::AutoConfig(auto) = protocol(&tls[0]) else { panic!("TLS: ALPN") };
+        assert_eq!(auto.http2_protocol_options, Some(h2));
+        assert!(auto.http_protocol_options.is_some());
+        assert!(alpn(&tls[0]).is_empty(), "Envoy's pool offers h2,http/1.1; a health check none");
+        assert_eq!(alpn(&tls[1]), ["http/1.1"]);
+
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(vec![]));
+        let identity = crate::tls::Identity { certs: vec![], key };
+        with_tls.peer_tls.as_mut().unwrap().client = Some((dir.join("c"), dir.join("k"), identity));
+        let names: Vec<String> = clusters(&with_tls).into_iter().map(|c| c.name).collect();
+        assert_eq!(names, [APISERVERS_CLUSTER, APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER]);
+    }
+
     #[test]
     fn plain_and_requestheader_clusters() {
         let plain = clusters(&ClusterOptions::default());
-        assert_eq!(plain.len(), 1);
         let c = &plain[0];
         assert_eq!(c.name, APISERVERS_CLUSTER);
         assert!(c.transport_socket.is_none());

@@ -35,7 +35,7 @@ use prost::{Message, Name};
 use sha2::{Digest, Sha256};
 
 pub use ads::AdsServer;
-pub use clusters::ClusterOptions;
+pub use clusters::{APISERVER_HTTP2_MAX_STREAMS, ClusterOptions};
 pub use endpoints::EndpointMember;
 pub use envoys::ConnectedEnvoys;
 pub use plane::XdsPublisher;

@@ -96,6 +96,10 @@ struct Args {
     /// accepts on the port (`--listen` port 0 picks a free one).
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
+    /// kube-apiserver's flag: streams one HTTP/2 client connection may have
+    /// open at once (announced in SETTINGS); kube-apiserver's default.
+    #[arg(long, default_value_t = 1000)]
+    http2_max_streams_per_connection: u32,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -144,12 +148,10 @@ async fn main() -> anyhow::Result<()> {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, listen.to_string()).and_then(|()| std::fs::rename(&tmp, path)).with_context(|| format!("--ready-file {}", path.display()))?;
     }
-    match (&a.tls_cert_file, &a.tls_private_key_file) {
-        (Some(cert), Some(key)) => {
-            let tls = TlsServing::new(cert, key, a.client_ca_file.as_deref(), a.requestheader_client_ca_file.as_deref())?;
-            Arc::new(tls).serve(listener, router(state)).await?;
-        }
-        _ => axum::serve(listener, router(state)).await?,
-    }
-    Ok(())
+    let tls = match (&a.tls_cert_file, &a.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(Arc::new(TlsServing::new(cert, key, a.client_ca_file.as_deref(), a.requestheader_client_ca_file.as_deref())?)),
+        _ => None,
+    };
+    let stats = state.stats.clone();
+    integration::fake::serve(listener, router(state), tls, a.http2_max_streams_per_connection, stats).await
 }

@@ -59,6 +59,8 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
             "listRequests": st.list_requests.load(Ordering::Relaxed),
             "groupVersionRequests": st.group_version_requests.load(Ordering::Relaxed),
             "hung": st.hung.load(Ordering::Relaxed),
+            "connectionsAccepted": st.connections_accepted.load(Ordering::Relaxed),
+            "connectionsOpen": st.connections_open.load(Ordering::Relaxed),
         }),
     )
 }

@@ -3,7 +3,9 @@
 //! like kube-apiserver when asked to, and speak TLS when given certificates.
 
 pub mod auth;
+mod connections;
 mod control;
+pub use connections::serve;
 mod digest;
 mod discovery;
 mod openapi;

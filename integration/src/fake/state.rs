@@ -86,6 +86,9 @@ pub struct Stats {
     pub group_version_requests: AtomicU64,
     /// Discovery requests left hanging (`/__fake/hang-discovery`).
     pub hung: AtomicU64,
+    /// TCP connections accepted, and open now ([`super::connections`]).
+    pub connections_accepted: AtomicU64,
+    pub connections_open: AtomicU64,
 }
 
 impl FakeState {

@@ -76,22 +76,11 @@ impl TlsServing {
         info
     }
 
-    /// Serves `app` over TLS; each request carries its connection's
-    /// [`ConnInfo`] as an extension.
-    pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener, app: axum::Router) -> Result<()> {
-        loop {
-            let (tcp, _) = listener.accept().await?;
-            let tls = self.clone();
-            let app = app.clone();
-            tokio::spawn(async move {
-                let Ok(stream) = tls.acceptor.accept(tcp).await else { return };
-                let info = tls.classify(stream.get_ref().1.peer_certificates());
-                let svc = app.layer(axum::Extension(info));
-                let svc = hyper_util::service::TowerToHyperService::new(svc);
-                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
+    /// The TLS handshake of an accepted connection, and what its client
+    /// certificate authenticates as; `None` if the handshake failed.
+    pub async fn accept(&self, tcp: tokio::net::TcpStream) -> Option<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, ConnInfo)> {
+        let stream = self.acceptor.accept(tcp).await.ok()?;
+        let info = self.classify(stream.get_ref().1.peer_certificates());
+        Some((stream, info))
     }
 }

@@ -31,6 +31,9 @@ pub struct FakeSpec {
     /// How far its clock is off (seconds, either way): its lease's
     /// `renewTime` is written by that clock.
     pub clock_skew: i64,
+    /// kube-apiserver's `--http2-max-streams-per-connection` (`None`: its
+    /// default, 1000).
+    pub http2_max_streams: Option<u32>,
 }
 
 /// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
@@ -56,7 +59,7 @@ pub fn three_fakes() -> Vec<FakeSpec> {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0 }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
@@ -69,6 +72,13 @@ impl FakeSpec {
     /// served for `delay`, then it exits.
     pub fn with_shutdown_delay(mut self, delay: Duration) -> FakeSpec {
         self.shutdown_delay = Some(delay);
+        self
+    }
+
+    /// At most `n` streams on one HTTP/2 connection
+    /// (`--http2-max-streams-per-connection`).
+    pub fn with_http2_max_streams(mut self, n: u32) -> FakeSpec {
+        self.http2_max_streams = Some(n);
         self
     }
 
@@ -191,6 +201,9 @@ pub fn start_fake(dir: &Path, spec: FakeSpec, port: u16) -> Result<Starting> {
     }
     if let Some(d) = spec.shutdown_delay {
         args.extend(["--shutdown-delay".into(), format!("{}ms", d.as_millis())]);
+    }
+    if let Some(n) = spec.http2_max_streams {
+        args.push(format!("--http2-max-streams-per-connection={n}"));
     }
     if spec.clock_skew != 0 {
         args.push(format!("--clock-skew={}", spec.clock_skew));

@@ -26,6 +26,7 @@ pub mod tally;
 pub mod test_net;
 pub mod tools;
 pub mod topology;
+pub mod watches;
 
 pub use fakes::{Fake, FakeSpec, FakeTls, THREE_RELEASES, served_by, start_fake, three_fakes};
 pub use front_door::{FrontDoor, Options};
