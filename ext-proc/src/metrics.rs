@@ -65,6 +65,7 @@ pub struct Metrics {
     xds_pushes: Family<TypeLabels, Counter>,
     xds_nacks: Family<TypeLabels, Counter>,
     peer_tls_reloads: Family<ResultLabels, Counter>,
+    grpc_tls_reloads: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -93,6 +94,7 @@ impl Metrics {
             xds_pushes: Family::default(),
             xds_nacks: Family::default(),
             peer_tls_reloads: Family::default(),
+            grpc_tls_reloads: Family::default(),
         };
         registry.register(
             "apiserver_peer_discovery_sync_errors",
@@ -167,11 +169,17 @@ impl Metrics {
             "Changes of the peer TLS files (CA, proxy client certificate and key), by result: loaded, or rejected (the last good credentials stay in use)",
             m.peer_tls_reloads.clone(),
         );
+        registry.register(
+            "mvp_grpc_tls_reloads",
+            "Changes of the gRPC port's TLS files (serving certificate and key, client CA), by result: loaded, or rejected (the last good credentials stay in use)",
+            m.grpc_tls_reloads.clone(),
+        );
         // Present from the start, so an alert on them has a series to watch.
         for kind in ["cluster", "endpoint"] {
             let _ = m.xds_nacks.get_or_create(&TypeLabels { r#type: kind.into() });
         }
         let _ = m.peer_tls_reloads.get_or_create(&ResultLabels { result: "rejected".into() });
+        let _ = m.grpc_tls_reloads.get_or_create(&ResultLabels { result: "rejected".into() });
         *m.registry.lock().unwrap_or_else(|p| p.into_inner()) = registry;
         Arc::new(m)
     }
@@ -260,6 +268,10 @@ impl Metrics {
 
     pub fn xds_nack(&self, kind: &str) {
         self.xds_nacks.get_or_create(&TypeLabels { r#type: kind.into() }).inc();
+    }
+
+    pub fn grpc_tls_reload(&self, result: &str) {
+        self.grpc_tls_reloads.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     pub fn peer_tls_reload(&self, result: &str) {

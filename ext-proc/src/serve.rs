@@ -53,6 +53,9 @@ pub struct ServeOptions {
     pub max_held_table_calls: usize,
     /// `--apiserver-http2-max-streams-per-connection`.
     pub apiserver_http2_max_streams: u32,
+    /// Mutual TLS on the TCP gRPC listeners (`--tls-cert-file`,
+    /// `--tls-private-key-file`, `--client-ca-file`).
+    pub grpc_tls: Option<crate::grpc::tls::GrpcTlsFiles>,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -126,6 +129,10 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     };
     let (published, planes) = follow_states(states, endpoints, state_file, &metrics);
 
+    let grpc_tls = match o.grpc_tls.clone() {
+        Some(files) => Some(files.follow(metrics.clone()).context("gRPC TLS")?),
+        None => None,
+    };
     let mut grpc = Vec::new();
     for at in &o.grpc_listen {
         grpc.push(at.bind().await?);
@@ -162,7 +169,8 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone(), o.max_held_table_calls))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
     tokio::spawn(stop.on_signal());
-    let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone())));
+    let tls_config = grpc_tls.as_ref().map(|(config, _)| config.clone());
+    let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));
     let sync_task = tokio::spawn(syncer.run(members));
     let admin_task = admin_listener.map(|l| {
         let router = admin::router(metrics.clone(), published.clone(), envoys.clone());
@@ -180,6 +188,9 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     }
     health_task.abort();
     if let Some((_, t)) = rotation {
+        t.abort();
+    }
+    if let Some((_, t)) = grpc_tls {
         t.abort();
     }
     if let Some(t) = admin_task {

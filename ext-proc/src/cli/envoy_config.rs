@@ -128,6 +128,45 @@ pub(super) struct EnvoyConfigArgs {
     /// Write to this file instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
+    /// The CA mvp-ext-proc's gRPC serving certificate chains to (`serve
+    /// --tls-cert-file`). With --ext-proc-cert-file, --ext-proc-key-file and
+    /// --sds-dir, Envoy reaches every --ext-proc (TCP) over mutual TLS;
+    /// the files reach Envoy by SDS and are reloaded when renamed into
+    /// their directory (rotation without a restart).
+    #[arg(long, value_name = "FILE", requires_all = ["ext_proc_cert_file", "ext_proc_key_file", "sds_dir"])]
+    ext_proc_ca_file: Option<std::path::PathBuf>,
+    /// Envoy's client certificate toward mvp-ext-proc (signed by its
+    /// `serve --client-ca-file`).
+    #[arg(long, value_name = "FILE", requires = "ext_proc_ca_file")]
+    ext_proc_cert_file: Option<std::path::PathBuf>,
+    /// The key of --ext-proc-cert-file.
+    #[arg(long, value_name = "FILE", requires = "ext_proc_ca_file")]
+    ext_proc_key_file: Option<std::path::PathBuf>,
+    /// The DNS name mvp-ext-proc's certificate must carry (and the SNI).
+    #[arg(long, default_value = crate::cli::certs::DEFAULT_SERVER_NAME)]
+    ext_proc_server_name: String,
+    /// Directory this command writes the two SDS documents into (the same
+    /// path as Envoy sees it: render where Envoy runs, or into a shared
+    /// volume).
+    #[arg(long, value_name = "DIR", requires = "ext_proc_ca_file")]
+    sds_dir: Option<std::path::PathBuf>,
+}
+
+/// The control channel's TLS flags, their files checked here (a clear
+/// error now, not a rejected secret in Envoy's log later).
+fn control_tls(a: &EnvoyConfigArgs) -> anyhow::Result<Option<envoy_config::control_tls::ControlTls>> {
+    let (Some(ca), Some(cert), Some(key), Some(sds_dir)) = (&a.ext_proc_ca_file, &a.ext_proc_cert_file, &a.ext_proc_key_file, &a.sds_dir) else {
+        return Ok(None);
+    };
+    crate::tls::load_identity("--ext-proc-cert-file", cert, "--ext-proc-key-file", key)?;
+    crate::tls::load_certs("--ext-proc-ca-file", ca)?;
+    Ok(Some(envoy_config::control_tls::ControlTls {
+        ca_file: ca.clone(),
+        cert_file: cert.clone(),
+        key_file: key.clone(),
+        server_name: a.ext_proc_server_name.clone(),
+        sds_dir: sds_dir.clone(),
+    }))
 }
 
 fn parse_envoy_version(s: &str) -> Result<EnvoyVersion, String> {
@@ -169,6 +208,15 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
     // Where the operator reads it: the init container's log, the terminal.
     eprintln!("envoy-config: routing filter: {}", chosen.why);
     let front_tls = FrontTls::load(a.tls_cert_file.as_deref(), a.tls_private_key_file.as_deref(), a.client_ca_file.as_deref())?;
+    let control_tls = control_tls(&a)?;
+    // The SDS documents the bootstrap names, written with it.
+    if let Some(tls) = &control_tls {
+        std::fs::create_dir_all(&tls.sds_dir).with_context(|| format!("--sds-dir {}", tls.sds_dir.display()))?;
+        for (path, doc) in tls.sds_files() {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, doc).and_then(|()| std::fs::rename(&tmp, &path)).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
     let opts = EnvoyConfigOptions {
         front_tls,
         peer_tls: a.peer_tls.load()?,
@@ -186,6 +234,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         max_heap_bytes: a.max_heap,
         request_timeout: a.request_timeout,
         read_idle_timeout: a.read_idle_timeout,
+        control_tls,
     };
     Ok(envoy_config::render_yaml(&opts, command)?)
 }

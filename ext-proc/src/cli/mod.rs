@@ -16,6 +16,7 @@ use crate::discover::DiscoveryOptions;
 use crate::serve::ServeOptions;
 use crate::tls::{DEFAULT_PEER_SERVER_NAME, PeerTls, RequestHeaderNames};
 
+mod certs;
 mod envoy_config;
 
 use envoy_config::EnvoyConfigArgs;
@@ -43,6 +44,11 @@ enum Command {
     Serve(ServeArgs),
     /// Print a complete Envoy bootstrap for these apiservers.
     EnvoyConfig(EnvoyConfigArgs),
+    /// Write a certificate set for the control channel (Envoy ⇄
+    /// mvp-ext-proc over TCP): a CA, mvp-ext-proc's serving certificate,
+    /// Envoy's client certificate. Again on the same directory: new leaves
+    /// under the same CA (a rotation).
+    Certs(certs::CertsArgs),
     /// Decode a protobuf APIGroupDiscoveryList (Kubernetes envelope) from
     /// standard input and print it as JSON.
     DecodeDiscovery,
@@ -150,6 +156,20 @@ struct ServeArgs {
     /// same host or in the same pod). Repeat to serve on several.
     #[arg(long, value_name = "ADDR:PORT|unix:/PATH", required = true)]
     grpc_listen: Vec<crate::grpc::listen::GrpcListen>,
+    /// The gRPC port's serving certificate (PEM; the chain, leaf first).
+    /// With --tls-private-key-file and --client-ca-file, every TCP
+    /// --grpc-listen serves mutual TLS only: Envoy presents a certificate
+    /// signed by --client-ca-file (`envoy-config --ext-proc-cert-file`) or
+    /// gets a failed handshake. The files are re-read every 2 s (rotation
+    /// without a restart). Unix sockets stay plaintext.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_private_key_file", "client_ca_file"])]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// The key of --tls-cert-file (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA bundle (PEM) the gRPC clients' certificates must chain to.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    client_ca_file: Option<std::path::PathBuf>,
     /// Address for /metrics, /healthz, /readyz and /table.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -255,6 +275,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::EnvoyConfig(args) => envoy_config::envoy_config(args),
+        Command::Certs(args) => certs::certs(args),
         Command::DecodeDiscovery => decode_discovery(),
         Command::Explain(args) => explain(args),
     };
@@ -276,6 +297,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     crate::serve::serve(ServeOptions {
         peer_tls: a.peer_tls.load()?,
         apiservers: a.apiservers,
+        grpc_tls: grpc_tls(a.tls_cert_file, a.tls_private_key_file, a.client_ca_file, &a.grpc_listen),
         grpc_listen: a.grpc_listen,
         metrics_listen: a.metrics_listen,
         refresh_interval: a.refresh_interval,
@@ -294,6 +316,39 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_held_table_calls: a.max_held_table_calls,
         apiserver_http2_max_streams: a.apiserver_http2_max_streams_per_connection,
     })
+}
+
+/// `mvp-ext-proc certs --out DIR --server-ip 127.0.0.1` (for tests).
+#[cfg(test)]
+pub fn write_cert_set(dir: &std::path::Path) {
+    let argv = ["mvp-ext-proc", "certs", "--out"].into_iter().map(String::from).chain([dir.display().to_string(), "--server-ip".into(), "127.0.0.1".into()]);
+    let Command::Certs(a) = Cli::try_parse_from(argv).unwrap().command else { unreachable!() };
+    certs::certs(a).unwrap();
+}
+
+/// The gRPC port's TLS files, all three or none (clap checks it). A TCP
+/// listener beyond loopback without them is served, as before, but said
+/// loudly: anyone who reaches it reads the apiservers and can hold streams.
+fn grpc_tls(
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+    ca: Option<std::path::PathBuf>,
+    listen: &[crate::grpc::listen::GrpcListen],
+) -> Option<crate::grpc::tls::GrpcTlsFiles> {
+    use crate::grpc::listen::GrpcListen;
+    match (cert, key, ca) {
+        (Some(cert_file), Some(key_file), Some(client_ca_file)) => Some(crate::grpc::tls::GrpcTlsFiles { cert_file, key_file, client_ca_file }),
+        _ => {
+            for l in listen {
+                if let GrpcListen::Tcp(a) = l
+                    && !a.ip().is_loopback()
+                {
+                    tracing::warn!(listen = %a, "gRPC on TCP beyond loopback without TLS: anyone who reaches it can read the apiservers' addresses and the routing table and open ADS streams; give --tls-cert-file, --tls-private-key-file and --client-ca-file (mvp-ext-proc certs makes a set)");
+                }
+            }
+            None
+        }
+    }
 }
 
 fn decode_discovery() -> anyhow::Result<()> {

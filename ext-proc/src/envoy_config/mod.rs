@@ -20,6 +20,7 @@
 //!   never past it ([`routes`]).
 
 mod static_cluster;
+pub mod control_tls;
 pub mod edge;
 pub mod filter_choice;
 mod filters;
@@ -71,6 +72,9 @@ pub struct EnvoyConfigOptions {
     /// Longest a read that is not long-running waits for a byte from one
     /// apiserver before it is tried on another capable one (zero: no bound).
     pub read_idle_timeout: Duration,
+    /// Mutual TLS to mvp-ext-proc ([`control_tls`]); `None`: plaintext h2c
+    /// (a Unix socket, or loopback).
+    pub control_tls: Option<control_tls::ControlTls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +83,8 @@ pub enum ConfigError {
     ExtProc(String),
     #[error("--ext-proc: at least one mvp-ext-proc address is needed")]
     NoExtProc,
+    #[error("--ext-proc-cert-file: mvp-ext-proc serves TLS on TCP only; a Unix socket (unix:PATH) is authenticated by who can open it: drop the TLS flags or give TCP addresses")]
+    ControlTlsOverPipe,
     #[error(
         "--ext-proc: Unix sockets and host names cannot be mixed (Envoy resolves every address of a cluster with host names)"
     )]
@@ -143,7 +149,10 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         return Err(ConfigError::HoldTooLong(o.hold_unavailable));
     }
     let replicas = o.ext_proc.iter().map(|a| ext_proc_address(a).ok_or_else(|| ConfigError::ExtProc(a.clone()))).collect::<Result<Vec<_>, _>>()?;
-    let ext_proc_clusters = static_cluster::ext_proc(replicas)?;
+    if o.control_tls.is_some() && replicas.iter().any(|r| matches!(r, static_cluster::Address::Pipe(_))) {
+        return Err(ConfigError::ControlTlsOverPipe);
+    }
+    let ext_proc_clusters = static_cluster::ext_proc(replicas, o.control_tls.as_ref())?;
     Ok(json!({
         "node": node(&o.filter),
         "admin": {"address": socket_address(&o.admin.ip().to_string(), o.admin.port())},

@@ -21,6 +21,7 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         max_heap_bytes: 2 << 30,
         request_timeout: Duration::from_secs(70),
         read_idle_timeout: Duration::from_secs(20),
+        control_tls: None,
     }
 }
 
@@ -168,4 +169,28 @@ fn strips_routing_and_identity_headers_first() {
     for h in [mvp_contract::headers::ROUTE, "x-kubernetes-peer-proxied", "x-remote-"] {
         assert!(muts.contains(h), "{h} not stripped: {muts}");
     }
+}
+
+/// With the control channel's TLS, every mvp-ext-proc cluster (the
+/// fallback's too) presents Envoy's certificate and verifies the server's;
+/// a Unix socket cannot take it.
+#[test]
+fn control_tls_on_every_ext_proc_cluster_and_never_over_a_pipe() {
+    let tls = super::control_tls::ControlTls {
+        ca_file: "/p/ca.crt".into(),
+        cert_file: "/p/envoy.crt".into(),
+        key_file: "/p/envoy.key".into(),
+        server_name: "mvp-ext-proc".into(),
+        sds_dir: "/sds".into(),
+    };
+    let two = EnvoyConfigOptions { ext_proc: vec!["10.0.0.1:18000".into(), "10.0.0.2:18000".into()], control_tls: Some(tls.clone()), ..opts(&[]) };
+    let v = render(&two).unwrap();
+    let clusters = v["static_resources"]["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 2);
+    for c in clusters {
+        assert_eq!(c["transport_socket"], tls.transport_socket(), "{}", c["name"]);
+    }
+    assert!(render(&opts(&[])).unwrap()["static_resources"]["clusters"][0].get("transport_socket").is_none());
+    let pipe = EnvoyConfigOptions { ext_proc: vec!["unix:/run/mvp/grpc.sock".into()], control_tls: Some(tls), ..opts(&[]) };
+    assert!(matches!(render(&pipe), Err(ConfigError::ControlTlsOverPipe)));
 }

@@ -6,6 +6,7 @@
 use mvp_contract::envoy::{EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER};
 use serde_json::{Value, json};
 
+use super::control_tls::ControlTls;
 use super::{ConfigError, is_ip, socket_address};
 
 fn protocol(options: Value) -> Value {
@@ -39,11 +40,19 @@ pub enum Address {
 ///
 /// With replicas, [`EXT_PROC_FALLBACK_CLUSTER`] too: the same replicas, the
 /// second preferred (`super::filters`' fallback ext_proc filter).
-pub fn ext_proc(mut replicas: Vec<Address>) -> Result<Vec<Value>, ConfigError> {
+///
+/// With `tls`, both present Envoy's client certificate and verify
+/// mvp-ext-proc's ([`super::control_tls`]).
+pub fn ext_proc(mut replicas: Vec<Address>, tls: Option<&ControlTls>) -> Result<Vec<Value>, ConfigError> {
     let mut clusters = vec![cluster(EXT_PROC_CLUSTER, &replicas)?];
     if replicas.len() > 1 {
         replicas.rotate_left(1);
         clusters.push(cluster(EXT_PROC_FALLBACK_CLUSTER, &replicas)?);
+    }
+    if let Some(tls) = tls {
+        for c in &mut clusters {
+            c["transport_socket"] = tls.transport_socket();
+        }
     }
     Ok(clusters)
 }

@@ -131,11 +131,21 @@ impl GrpcListen {
 impl Listener {
     /// Serves `router` on this listener until the stop, then lets open
     /// streams finish for at most [`DRAIN_LIMIT`]; a Unix socket's file is
-    /// removed when it stops.
-    pub async fn serve(self, router: tonic::transport::server::Router, stopping: Stopping) -> Result<(), tonic::transport::Error> {
-        let (served, bound) = match self {
-            Listener::Tcp(l) => (drained(router.serve_with_incoming_shutdown(tcp_incoming(l), stopping.clone().stopped()), stopping).await, None),
-            Listener::Unix(l, bound) => {
+    /// removed when it stops. With `tls`, a TCP listener serves mutual TLS
+    /// only ([`super::tls`]); a Unix socket is never TLS.
+    pub async fn serve(
+        self,
+        router: tonic::transport::server::Router,
+        stopping: Stopping,
+        tls: Option<tokio::sync::watch::Receiver<std::sync::Arc<rustls::ServerConfig>>>,
+    ) -> Result<(), tonic::transport::Error> {
+        let (served, bound) = match (self, tls) {
+            (Listener::Tcp(l), Some(tls)) => {
+                let incoming = super::tls::handshakes(tcp_incoming(l), tls);
+                (drained(router.serve_with_incoming_shutdown(incoming, stopping.clone().stopped()), stopping).await, None)
+            }
+            (Listener::Tcp(l), None) => (drained(router.serve_with_incoming_shutdown(tcp_incoming(l), stopping.clone().stopped()), stopping).await, None),
+            (Listener::Unix(l, bound), _) => {
                 (drained(router.serve_with_incoming_shutdown(unix_incoming(l), stopping.clone().stopped()), stopping).await, Some(bound))
             }
         };
@@ -270,13 +280,13 @@ mod tests {
         let router = tonic::transport::Server::builder().add_routes(tonic::service::Routes::default());
         let (stop, stopped) = crate::stopping::Stop::new();
         stop.stop();
-        at.bind().await.unwrap().serve(router.clone(), stopped.clone()).await.unwrap();
+        at.bind().await.unwrap().serve(router.clone(), stopped.clone(), None).await.unwrap();
         assert!(!sock.exists(), "removed after a graceful stop");
         // ... but not one that replaced it meanwhile.
         let first = at.bind().await.unwrap();
         std::fs::remove_file(&sock).unwrap();
         let second = at.bind().await.unwrap();
-        first.serve(router, stopped).await.unwrap();
+        first.serve(router, stopped, None).await.unwrap();
         assert!(sock.exists(), "another listener's socket is left alone");
         drop(second);
 

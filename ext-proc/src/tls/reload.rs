@@ -50,33 +50,62 @@ pub struct Rotation {
 
 /// Starts following the files `peer` was loaded from.
 pub fn follow(peer: PeerTls, metrics: Arc<Metrics>) -> Result<(Rotation, tokio::task::JoinHandle<()>), super::TlsError> {
-    let (digest_tx, digest) = watch::channel(files_digest(&peer));
-    let (config_tx, client_config) = watch::channel(Arc::new(peer.client_config()?));
+    let digest_of = peer.clone();
+    let (client_config, digest, task) = follow_files(
+        move || files_digest(&digest_of),
+        move || reload(&peer),
+        move |now, outcome| match outcome {
+            Ok(()) => {
+                tracing::info!(digest = %now, "peer TLS files changed; new credentials loaded, Envoy's clusters follow");
+                metrics.peer_tls_reload("loaded");
+            }
+            Err(e) => {
+                tracing::error!(digest = %now, error = %e, "peer TLS files changed but do not load; discovery keeps the last good credentials (Envoy judges the files itself and keeps its clusters if it rejects them)");
+                metrics.peer_tls_reload("rejected");
+            }
+        },
+    )?;
+    Ok((Rotation { digest, client_config }, task))
+}
+
+/// What [`follow_files`] gives: the last good credentials, the files'
+/// digest, the task that follows them.
+pub(crate) type Followed<T> = (watch::Receiver<Arc<T>>, watch::Receiver<String>, tokio::task::JoinHandle<()>);
+
+/// Follows a set of credential files: every [`CHECK_EVERY`] their `digest`;
+/// when it changed, `load` them — a set that loads is sent, one that does
+/// not leaves the last good one in place — and `outcome` says which (to log
+/// and count). The first load's error is returned: a process does not start
+/// without its credentials. Also the digest of the files as they are now,
+/// loadable or not.
+pub(crate) fn follow_files<T: Send + Sync + 'static>(
+    digest: impl Fn() -> String + Send + 'static,
+    load: impl Fn() -> Result<T, super::TlsError> + Send + 'static,
+    outcome: impl Fn(&str, Result<(), &super::TlsError>) + Send + 'static,
+) -> Result<Followed<T>, super::TlsError> {
+    let (digest_tx, digest_rx) = watch::channel(digest());
+    let (loaded_tx, loaded) = watch::channel(Arc::new(load()?));
     let task = tokio::spawn(async move {
         let mut every = tokio::time::interval(CHECK_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await;
         loop {
             every.tick().await;
-            let now = files_digest(&peer);
+            let now = digest();
             if *digest_tx.borrow() == now {
                 continue;
             }
-            match reload(&peer) {
+            match load() {
                 Ok(config) => {
-                    tracing::info!(digest = %now, "peer TLS files changed; new credentials loaded, Envoy's clusters follow");
-                    metrics.peer_tls_reload("loaded");
-                    config_tx.send_replace(Arc::new(config));
+                    outcome(&now, Ok(()));
+                    loaded_tx.send_replace(Arc::new(config));
                 }
-                Err(e) => {
-                    tracing::error!(digest = %now, error = %e, "peer TLS files changed but do not load; discovery keeps the last good credentials (Envoy judges the files itself and keeps its clusters if it rejects them)");
-                    metrics.peer_tls_reload("rejected");
-                }
+                Err(e) => outcome(&now, Err(&e)),
             }
             digest_tx.send_replace(now);
         }
     });
-    Ok((Rotation { digest, client_config }, task))
+    Ok((loaded, digest_rx, task))
 }
 
 fn reload(p: &PeerTls) -> Result<rustls::ClientConfig, super::TlsError> {

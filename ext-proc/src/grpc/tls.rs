@@ -1,0 +1,163 @@
+//! mvp-ext-proc's gRPC port over TCP with mutual TLS: ADS (which tells
+//! Envoy where the apiservers are), `GetTable` and ext_proc carry what an
+//! attacker on the network would most like to read or forge, so a TCP
+//! listener serves only TLS 1.2+ and only to a client whose certificate
+//! chains to `--client-ca-file` (Envoy's, from `envoy-config
+//! --ext-proc-cert-file`); anyone else gets a failed handshake and nothing
+//! else. A Unix socket (`--grpc-listen unix:PATH`, the same-host default in
+//! the manifests) is authenticated by who can open it, and stays plaintext.
+//!
+//! Rotation: the three files are read again every [`CHECK_EVERY`]; a changed
+//! set that loads (certificate, key that belongs to it, CA) serves every
+//! connection from then on, one that does not is logged and counted
+//! (`mvp_grpc_tls_reloads_total{result="rejected"}`) and the last good set
+//! stays in use. Open connections keep the credentials they were accepted
+//! with, as with any TLS server.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::server::WebPkiClientVerifier;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::tls::{TlsError, load_certs, load_identity};
+
+pub use crate::tls::reload::CHECK_EVERY;
+
+/// How long a client may take to finish its handshake: one that does not is
+/// dropped, so a half-open handshake holds a descriptor only this long.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files, as the flags name them.
+#[derive(Clone, Debug)]
+pub struct GrpcTlsFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: PathBuf,
+}
+
+impl GrpcTlsFiles {
+    /// The server configuration these files make, checked as at start.
+    pub fn load(&self) -> Result<rustls::ServerConfig, TlsError> {
+        let identity = load_identity("--tls-cert-file", &self.cert_file, "--tls-private-key-file", &self.key_file)?;
+        let cas = load_certs("--client-ca-file", &self.client_ca_file)?;
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in cas {
+            roots.add(ca).map_err(|e| TlsError::Flags(format!("--client-ca-file {}: {e}", self.client_ca_file.display())))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Flags(format!("--client-ca-file {}: {e}", self.client_ca_file.display())))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Flags(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(identity.certs, identity.key)
+            .map_err(|e| TlsError::Flags(format!("--tls-cert-file {}: {e}", self.cert_file.display())))?;
+        // gRPC is HTTP/2 only.
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
+    }
+
+    /// A digest of the files' contents (a missing file digests as empty).
+    fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        for f in [&self.cert_file, &self.key_file, &self.client_ca_file] {
+            let bytes = std::fs::read(f).unwrap_or_default();
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        }
+        hex::encode(&h.finalize()[..8])
+    }
+
+    /// Loads the files (an error if they do not load: the process does not
+    /// start without its credentials) and follows them: the receiver always
+    /// holds the last good configuration.
+    pub fn follow(self, metrics: Arc<Metrics>) -> Result<(watch::Receiver<Arc<rustls::ServerConfig>>, tokio::task::JoinHandle<()>), TlsError> {
+        let digest_of = self.clone();
+        let (config, _, task) = crate::tls::reload::follow_files(
+            move || digest_of.digest(),
+            move || self.load(),
+            move |now, outcome| match outcome {
+                Ok(()) => {
+                    tracing::info!(digest = %now, "gRPC TLS files changed; new connections get the new credentials");
+                    metrics.grpc_tls_reload("loaded");
+                }
+                Err(e) => {
+                    tracing::error!(digest = %now, error = %e, "gRPC TLS files changed but do not load; the last good credentials stay in use");
+                    metrics.grpc_tls_reload("rejected");
+                }
+            },
+        )?;
+        Ok((config, task))
+    }
+}
+
+/// TLS over each accepted TCP connection, handshakes side by side (a slow
+/// one never holds up the next accept), each bounded by
+/// [`HANDSHAKE_TIMEOUT`]; the ones that succeed, in the order they finish.
+pub fn handshakes(
+    tcp: impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static,
+    config: watch::Receiver<Arc<rustls::ServerConfig>>,
+) -> impl futures::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
+    use futures::StreamExt;
+    tcp.filter_map(|accepted| async move { accepted.ok() })
+        .map(move |stream| {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config.borrow().clone());
+            async move {
+                let peer = stream.peer_addr().ok();
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => Some(Ok(tls)),
+                    Ok(Err(e)) => {
+                        tracing::debug!(?peer, error = %e, "gRPC TLS handshake failed");
+                        None
+                    }
+                    Err(_) => {
+                        tracing::debug!(?peer, "gRPC TLS handshake timed out");
+                        None
+                    }
+                }
+            }
+        })
+        // Handshakes in flight at once: past this many, accepting waits.
+        .buffer_unordered(MAX_HANDSHAKES_IN_FLIGHT)
+        .filter_map(|done| async move { done })
+}
+
+/// Concurrent handshakes per listener: a flood of connections that never
+/// finish one costs at most this many descriptors for [`HANDSHAKE_TIMEOUT`].
+pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &std::path::Path) -> GrpcTlsFiles {
+        GrpcTlsFiles { cert_file: dir.join("server.crt"), key_file: dir.join("server.key"), client_ca_file: dir.join("ca.crt") }
+    }
+
+    /// A rotation that does not load (a certificate without its key, a
+    /// broken file) changes nothing: the last good credentials keep
+    /// serving, the rejection is counted; the next good set is taken.
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_rotation_keeps_the_last_good_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::cli::write_cert_set(dir.path());
+        let metrics = Metrics::new();
+        let (config, task) = files(dir.path()).follow(metrics.clone()).unwrap();
+        let first = config.borrow().clone();
+        std::fs::write(dir.path().join("server.crt"), "not a certificate").unwrap();
+        tokio::time::sleep(CHECK_EVERY * 2).await;
+        assert!(Arc::ptr_eq(&first, &config.borrow()), "a broken set replaced the good one");
+        assert!(metrics.encode().contains("mvp_grpc_tls_reloads_total{result=\"rejected\"} 1"), "{}", metrics.encode());
+        crate::cli::write_cert_set(dir.path());
+        tokio::time::sleep(CHECK_EVERY * 2).await;
+        assert!(!Arc::ptr_eq(&first, &config.borrow()), "the good set was not taken");
+        assert!(metrics.encode().contains("mvp_grpc_tls_reloads_total{result=\"loaded\"} 1"));
+        task.abort();
+    }
+}
