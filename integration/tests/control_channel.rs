@@ -155,3 +155,54 @@ async fn rotated_certificates_are_taken_without_a_restart() {
     .unwrap();
     routes(&door).await;
 }
+
+/// A rogue control plane: someone on the path, or a pod that joined the
+/// replicas' Service, answers at mvp-ext-proc's address — here another
+/// mvp-ext-proc whose certificate is of a CA of its own (it even trusts
+/// Envoy's certificate) and whose only apiserver is a trap. Over the
+/// plaintext channel Envoy would have taken its clusters and sent every
+/// request, bearer tokens and all, to the trap. Now Envoy's handshake fails
+/// on the server's certificate (`ssl.fail_verify_error`), it keeps the
+/// clusters and the table it has, and the trap gets nothing.
+#[tokio::test]
+async fn a_rogue_control_plane_is_not_believed() {
+    use integration::harness::{FakeSpec, Proc, free_ports};
+    let (dir, rogue_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    certs(dir.path());
+    certs(rogue_dir.path());
+    let mut door = door(dir.path()).await;
+    routes(&door).await;
+    let trap = door.add_fake(FakeSpec::new("trap", "v1.37")).await.unwrap().url();
+    door.ext_proc.kill();
+    let f = |d: &Path, name: &str| d.join(name).display().to_string();
+    let args: Vec<String> = [
+        "serve",
+        "--apiserver",
+        &format!("trap={trap}"),
+        "--grpc-listen",
+        &format!("127.0.0.1:{}", door.grpc_port),
+        "--metrics-listen",
+        &format!("127.0.0.1:{}", free_ports(1)[0]),
+        "--tls-cert-file",
+        &f(rogue_dir.path(), "server.crt"),
+        "--tls-private-key-file",
+        &f(rogue_dir.path(), "server.key"),
+        "--client-ca-file",
+        &f(dir.path(), "ca.crt"),
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let _rogue = Proc::spawn("rogue-mvp-ext-proc", door.dir.path(), &ext_proc_bin().unwrap(), &args).unwrap();
+    wait_for("Envoy to refuse the rogue's certificate", Duration::from_secs(20), || async {
+        door.envoy_stat("cluster.mvp_ext_proc.ssl.fail_verify_error").await.filter(|n| *n >= 2)
+    })
+    .await
+    .unwrap();
+    for _ in 0..20 {
+        assert_eq!(door.http.get(door.url(NEW_ONLY)).send().await.unwrap().status(), 200);
+        assert_eq!(door.http.get(door.url("/api/v1/namespaces/default/pods")).send().await.unwrap().status(), 200);
+    }
+    let reached = door.fake("trap").stats(&door.http).await.and_then(|v| v["resourceRequests"].as_u64());
+    assert_eq!(reached, Some(0), "the rogue control plane's apiserver was reached");
+}

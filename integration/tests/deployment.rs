@@ -232,7 +232,11 @@ fn manifest_envoy_config_args(script: &str, apiservers: &[String], pki: &std::pa
         if token.starts_with("$(sed") {
             args.extend(apiservers.iter().map(|a| format!("--apiserver={a}")));
         } else if token.starts_with("--") {
-            args.push(with_local_builds(&token.replace("/etc/mvp/pki/", &format!("{}/", pki.display()))));
+            let local = token
+                .replace("/etc/mvp/pki/", &format!("{}/", pki.display()))
+                .replace("/etc/mvp/control/", &format!("{}/control/", pki.display()))
+                .replace("/etc/mvp/envoy/", &format!("{}/envoy/", pki.display()));
+            args.push(with_local_builds(&local));
         }
     }
     args
@@ -264,6 +268,12 @@ fn check_grpc_channel(form: &str, pod_spec: &Value) {
     let ext_proc = container_flags(pod_spec, "initContainers", "envoy-config", "ext-proc");
     let reached = listen == ext_proc[0] || listen.strip_prefix("0.0.0.0:").is_some_and(|port| ext_proc[0] == format!("127.0.0.1:{port}"));
     assert!(reached, "{form}: Envoy's first --ext-proc {} is not mvp-ext-proc's --grpc-listen {listen}", ext_proc[0]);
+    // Beyond loopback, mutual TLS both ways (`control_channel.rs`).
+    if listen.parse::<std::net::SocketAddr>().is_ok_and(|a| !a.ip().is_loopback()) {
+        for (list, container, flag) in [("containers", "mvp-ext-proc", "tls-cert-file"), ("containers", "mvp-ext-proc", "client-ca-file"), ("initContainers", "envoy-config", "ext-proc-cert-file")] {
+            container_flag(pod_spec, list, container, flag);
+        }
+    }
     if let Some(sock) = listen.strip_prefix("unix:") {
         let dir = std::path::Path::new(sock).parent().unwrap().to_str().unwrap();
         let volume = |container: &str| {
@@ -331,6 +341,9 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
     copy(&cp.pki.proxy_client.key_file, "front-proxy-client.key");
     let bundle = format!("{}{}", std::fs::read_to_string(&cp.pki.clients.cert_file).unwrap(), std::fs::read_to_string(&cp.pki.serving.cert_file).unwrap());
     std::fs::write(pki.join("ca.crt"), bundle).unwrap();
+    // The control channel's set, as `mvp-ext-proc certs` writes it.
+    let certs = Command::new(ext_proc_bin().unwrap()).args(["certs", "--out"]).arg(pki.join("control")).output().unwrap();
+    assert!(certs.status.success(), "{}", String::from_utf8_lossy(&certs.stderr));
 
     let docs = |path: &std::path::Path| -> Vec<Value> {
         let text = std::fs::read_to_string(path).unwrap();
