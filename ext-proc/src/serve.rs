@@ -56,6 +56,10 @@ pub struct ServeOptions {
     /// Mutual TLS on the TCP gRPC listeners (`--tls-cert-file`,
     /// `--tls-private-key-file`, `--client-ca-file`).
     pub grpc_tls: Option<crate::grpc::tls::GrpcTlsFiles>,
+    /// Delegated authentication and authorization of the operator
+    /// endpoints: the kubeconfig of the cluster that reviews (`None` in it:
+    /// in-cluster credentials); `None`: open (loopback, kubeadm's default).
+    pub delegated_auth: Option<Option<PathBuf>>,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -137,6 +141,12 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     for at in &o.grpc_listen {
         grpc.push(at.bind().await?);
     }
+    let delegated = match &o.delegated_auth {
+        Some(kubeconfig) => Some(crate::operate::delegated::Delegated::new(
+            crate::membership::kube::client_from(kubeconfig.as_deref(), "--authentication-kubeconfig").await?,
+        )),
+        None => None,
+    };
     let admin_listener = match o.metrics_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--metrics-listen {addr}: cannot listen"))?,
@@ -173,7 +183,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));
     let sync_task = tokio::spawn(syncer.run(members));
     let admin_task = admin_listener.map(|l| {
-        let router = admin::router(metrics.clone(), published.clone(), envoys.clone());
+        let router = admin::router(metrics.clone(), published.clone(), envoys.clone(), delegated.clone());
         let stopping = stopping.clone();
         tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(stopping.stopped()).await })
     });

@@ -268,6 +268,14 @@ fn check_grpc_channel(form: &str, pod_spec: &Value) {
     let ext_proc = container_flags(pod_spec, "initContainers", "envoy-config", "ext-proc");
     let reached = listen == ext_proc[0] || listen.strip_prefix("0.0.0.0:").is_some_and(|port| ext_proc[0] == format!("127.0.0.1:{port}"));
     assert!(reached, "{form}: Envoy's first --ext-proc {} is not mvp-ext-proc's --grpc-listen {listen}", ext_proc[0]);
+    // Operator endpoints beyond loopback: delegated authorization
+    // (`real_operator_endpoints.rs`).
+    let metrics = container_flag(pod_spec, "containers", "mvp-ext-proc", "metrics-listen");
+    if metrics.parse::<std::net::SocketAddr>().is_ok_and(|a| !a.ip().is_loopback()) {
+        let c = pod_spec["containers"].as_array().unwrap().iter().find(|c| c["name"] == "mvp-ext-proc").unwrap();
+        let text = c["args"].to_string();
+        assert!(text.contains("--delegated-auth-in-cluster") || text.contains("--authentication-kubeconfig"), "{form}: operator endpoints on {metrics} open to anyone");
+    }
     // Beyond loopback, mutual TLS both ways (`control_channel.rs`).
     if listen.parse::<std::net::SocketAddr>().is_ok_and(|a| !a.ip().is_loopback()) {
         for (list, container, flag) in [("containers", "mvp-ext-proc", "tls-cert-file"), ("containers", "mvp-ext-proc", "client-ca-file"), ("initContainers", "envoy-config", "ext-proc-cert-file")] {
@@ -310,7 +318,7 @@ async fn deploy_manifests_are_accepted_by_a_real_apiserver_and_envoy() {
     assert!(ok && out.contains("pod/mvp-envoy created (server dry run)"), "{out}");
     let (ok, out) = kubectl(&["apply", "-f", workload.to_str().unwrap()]);
     assert!(ok, "{out}");
-    for made in ["namespace/mvp-envoy created", "deployment.apps/mvp-envoy created", "service/mvp-envoy created", "configmap/mvp-envoy created", "role.rbac.authorization.k8s.io/mvp-envoy created", "service/mvp-ext-proc created", "networkpolicy.networking.k8s.io/mvp-envoy created"] {
+    for made in ["namespace/mvp-envoy created", "deployment.apps/mvp-envoy created", "service/mvp-envoy created", "configmap/mvp-envoy created", "role.rbac.authorization.k8s.io/mvp-envoy created", "service/mvp-ext-proc created", "networkpolicy.networking.k8s.io/mvp-envoy created", "clusterrolebinding.rbac.authorization.k8s.io/mvp-envoy-auth-delegator created", "clusterrole.rbac.authorization.k8s.io/mvp-envoy-operator-endpoints-reader created"] {
         assert!(out.contains(made), "{made}: {out}");
     }
     // The membership RBAC: exactly get/list/watch on those objects.

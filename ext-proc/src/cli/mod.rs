@@ -68,6 +68,10 @@ struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = ExplainOutput::Human)]
     output: ExplainOutput,
+    /// A file holding the bearer token to present, for an mvp-ext-proc whose
+    /// operator endpoints need one (`serve --authentication-kubeconfig`).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// The request's path, with its query if any (`/apis/apps/v1/namespaces/x/deployments?watch=1`).
     path: String,
 }
@@ -226,6 +230,17 @@ struct ServeArgs {
     /// streams past it are refused (and retried on another apiserver only).
     #[arg(long, default_value_t = crate::xds::APISERVER_HTTP2_MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..=32768))]
     apiserver_http2_max_streams_per_connection: u32,
+    /// Protect the operator endpoints (--metrics-listen: /metrics, /table,
+    /// /debug/route, the status page) as kube's components protect theirs:
+    /// a bearer token reviewed by this cluster (TokenReview), its user
+    /// allowed to get the path (SubjectAccessReview, non-resource URL);
+    /// /healthz and /readyz stay open. The kubeconfig needs the
+    /// system:auth-delegator ClusterRole.
+    #[arg(long, value_name = "FILE", conflicts_with = "delegated_auth_in_cluster")]
+    authentication_kubeconfig: Option<std::path::PathBuf>,
+    /// The same with the pod's ServiceAccount (in-cluster credentials).
+    #[arg(long)]
+    delegated_auth_in_cluster: bool,
     #[command(flatten)]
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
@@ -252,7 +267,12 @@ fn explain(a: ExplainArgs) -> anyhow::Result<()> {
         .with_context(|| format!("--server {}: not a URL", a.server))?;
     let (status, body) = runtime
         .block_on(async {
-            let resp = reqwest::Client::builder().no_proxy().build()?.get(url).timeout(Duration::from_secs(10)).send().await?;
+            let mut req = reqwest::Client::builder().no_proxy().build()?.get(url).timeout(Duration::from_secs(10));
+            if let Some(f) = &a.token_file {
+                let token = std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?;
+                req = req.bearer_auth(token.trim());
+            }
+            let resp = req.send().await?;
             anyhow::Ok((resp.status(), resp.text().await?))
         })
         .with_context(|| format!("asking mvp-ext-proc at {}", a.server))?;
@@ -315,6 +335,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_ads_streams: a.max_ads_streams,
         max_held_table_calls: a.max_held_table_calls,
         apiserver_http2_max_streams: a.apiserver_http2_max_streams_per_connection,
+        delegated_auth: match (a.authentication_kubeconfig, a.delegated_auth_in_cluster) {
+            (Some(path), _) => Some(Some(path)),
+            (None, true) => Some(None),
+            (None, false) => None,
+        },
     })
 }
 

@@ -67,15 +67,19 @@ pub struct Found {
 }
 
 pub async fn client(o: &KubeOptions) -> anyhow::Result<Client> {
-    let config = match &o.kubeconfig {
+    client_from(o.kubeconfig.as_deref(), "--membership-kubeconfig").await
+}
+
+/// A client from the kubeconfig `flag` named, or in-cluster credentials.
+pub async fn client_from(kubeconfig: Option<&std::path::Path>, flag: &str) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| anyhow::anyhow!("--membership-kubeconfig {}: {e}", path.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| anyhow::anyhow!("--membership-kubeconfig {}: {e}", path.display()))?
+                .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?
         }
-        None => kube::Config::incluster().map_err(|e| anyhow::anyhow!("in-cluster credentials (or give --membership-kubeconfig): {e}"))?,
+        None => kube::Config::incluster().map_err(|e| anyhow::anyhow!("in-cluster credentials (or give {flag}): {e}"))?,
     };
     Client::try_from(config).map_err(|e| anyhow::anyhow!("Kubernetes client: {e}"))
 }

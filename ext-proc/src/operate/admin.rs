@@ -80,15 +80,21 @@ impl Counted {
     }
 }
 
-pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvoys) -> axum::Router {
-    axum::Router::new()
+/// With `delegated`, every path but `/healthz` and `/readyz` needs a
+/// bearer token whose user the cluster lets get it ([`super::delegated`]).
+pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvoys, delegated: Option<Arc<super::delegated::Delegated>>) -> axum::Router {
+    let router = axum::Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/table", get(table_handler))
         .route("/debug/route", get(debug_route))
-        .with_state(AdminState { metrics, published, envoys, counted: Arc::default() })
+        .with_state(AdminState { metrics, published, envoys, counted: Arc::default() });
+    match delegated {
+        Some(d) => router.layer(axum::middleware::from_fn_with_state(d, super::delegated::guard)),
+        None => router,
+    }
 }
 
 async fn metrics_handler(State(s): State<AdminState>) -> Response {
