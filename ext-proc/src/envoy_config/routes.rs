@@ -115,12 +115,24 @@ fn hosts_regex(k: usize) -> String {
 /// build (its route header); the native build pins by override host and
 /// its balancer, and matches only the others.
 pub fn routes(identity_header: Option<&str>, fallback: bool, per_list: bool, t: &Timeouts) -> Vec<Value> {
-    let mut out = vec![unavailable(), unavailable_document()];
+    let mut out = vec![malformed_authority(), unavailable(), unavailable_document()];
     if let Some(header) = identity_header {
         out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header), fallback, per_list, t));
     }
     out.extend(route_set(APISERVERS_CLUSTER, None, fallback, per_list, t));
     out
+}
+
+/// A request with more than one `Host` (Envoy joins them with a comma into
+/// `:authority`) or an authority a URI cannot hold: the 400 Status kube
+/// answers it directly (Go: "too many Host headers"), from Envoy — not an
+/// HTTP/2 apiserver's protocol error, which would reach the client as a 502.
+fn malformed_authority() -> Value {
+    json!({
+        "match": {"prefix": "/", "headers": [{"name": ":authority", "string_match": {"safe_regex": {"regex": ".*[,\\s].*"}}}]},
+        "direct_response": {"status": 400},
+        "typed_per_filter_config": without_ext_proc(),
+    })
 }
 
 /// The filter's answer for an API that only closed members serve (draining,
@@ -231,14 +243,15 @@ mod tests {
         let r = routes(None, false, true, &t());
         let m = MERGED_PATHS.len();
         let set = m + 4 * (MAX_LISTED_APISERVERS + 1);
-        // The two unavailable answers come first: resources with Retry-After,
-        // documents without.
-        let u = 2;
+        // A malformed authority's 400 first, then the two unavailable
+        // answers: resources with Retry-After, documents without.
+        let u = 3;
         assert_eq!(r.len(), u + set);
-        assert_eq!(r[0]["direct_response"]["status"], 503);
-        assert_eq!(r[0]["response_headers_to_add"][0]["header"]["key"], "retry-after");
-        assert_eq!((r[1]["direct_response"]["status"].as_u64(), r[1]["match"]["headers"][0]["string_match"]["exact"].as_str()), (Some(503), Some(UNAVAILABLE_DOCUMENT)));
-        assert!(r[1]["response_headers_to_add"].is_null(), "no Retry-After on documents");
+        assert_eq!((r[0]["direct_response"]["status"].as_u64(), r[0]["match"]["headers"][0]["name"].as_str()), (Some(400), Some(":authority")));
+        assert_eq!(r[1]["direct_response"]["status"], 503);
+        assert_eq!(r[1]["response_headers_to_add"][0]["header"]["key"], "retry-after");
+        assert_eq!((r[2]["direct_response"]["status"].as_u64(), r[2]["match"]["headers"][0]["string_match"]["exact"].as_str()), (Some(503), Some(UNAVAILABLE_DOCUMENT)));
+        assert!(r[2]["response_headers_to_add"].is_null(), "no Retry-After on documents");
         let with_identity = routes(Some("x-remote-user"), false, true, &t());
         assert_eq!(with_identity.len(), u + 2 * set);
         assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
@@ -278,7 +291,7 @@ mod tests {
         }
         // Without an idle bound: no split.
         let none = routes(None, false, true, &Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::ZERO));
-        assert_eq!(none.len(), 2 + MERGED_PATHS.len() + 3 * (MAX_LISTED_APISERVERS + 1));
+        assert_eq!(none.len(), 3 + MERGED_PATHS.len() + 3 * (MAX_LISTED_APISERVERS + 1));
     }
 
     /// Only upgrade requests go to the HTTP/1.1 twins, before any other
@@ -319,7 +332,7 @@ mod tests {
     #[test]
     fn the_native_build_has_no_per_list_routes() {
         let r = routes(None, false, false, &t());
-        assert_eq!(r.len(), 2 + MERGED_PATHS.len() + 4);
+        assert_eq!(r.len(), 3 + MERGED_PATHS.len() + 4);
         assert!(r.iter().all(|route| route["match"]["headers"].as_array().is_none_or(|h| h.iter().all(|h| h["name"] != ROUTE || route.get("direct_response").is_some()))));
     }
 

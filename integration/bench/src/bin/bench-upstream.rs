@@ -103,7 +103,11 @@ async fn main() -> Result<()> {
                 let server = server.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(server.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tcp), svc).await;
+                    // HTTP/1.1 and HTTP/2 (prior knowledge), as kube-apiserver:
+                    // the front door's apiserver clusters speak HTTP/2.
+                    let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                        .await;
                 });
             }
         }));
