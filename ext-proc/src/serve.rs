@@ -60,6 +60,8 @@ pub struct ServeOptions {
     /// endpoints: the kubeconfig of the cluster that reviews (`None` in it:
     /// in-cluster credentials); `None`: open (loopback, kubeadm's default).
     pub delegated_auth: Option<Option<PathBuf>>,
+    /// `--metrics-listen` over HTTPS with the gRPC port's certificate.
+    pub metrics_tls: bool,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -182,10 +184,25 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     let tls_config = grpc_tls.as_ref().map(|(config, _)| config.clone());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));
     let sync_task = tokio::spawn(syncer.run(members));
+    // With the gRPC port's certificate, the operator port is HTTPS too
+    // (bearer tokens never cross the network in clear).
+    let admin_tls = match (&admin_listener, o.grpc_tls.clone().filter(|_| o.metrics_tls)) {
+        (Some(_), Some(files)) => Some(files.follow_for_operators().context("operator port TLS")?),
+        _ => None,
+    };
     let admin_task = admin_listener.map(|l| {
         let router = admin::router(metrics.clone(), published.clone(), envoys.clone(), delegated.clone());
         let stopping = stopping.clone();
-        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(stopping.stopped()).await })
+        let tls = admin_tls.as_ref().map(|(config, _)| config.clone());
+        tokio::spawn(async move {
+            match tls {
+                Some(config) => {
+                    let l = crate::grpc::tls::TlsListener::new(l, config)?;
+                    axum::serve(l, router).with_graceful_shutdown(stopping.stopped()).await
+                }
+                None => axum::serve(l, router).with_graceful_shutdown(stopping.stopped()).await,
+            }
+        })
     });
     grpc_server.await.context("gRPC server failed")?;
     drop(members_tx);
@@ -200,7 +217,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     if let Some((_, t)) = rotation {
         t.abort();
     }
-    if let Some((_, t)) = grpc_tls {
+    for (_, t) in grpc_tls.into_iter().chain(admin_tls) {
         t.abort();
     }
     if let Some(t) = admin_task {

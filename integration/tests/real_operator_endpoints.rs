@@ -8,19 +8,23 @@
 //! (SubjectAccessReview, non-resource URL, verb get); `/healthz` and
 //! `/readyz` stay open.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use integration::harness::real::{RealControlPlane, TOKENS};
 use integration::harness::secure::kubeconfig;
-use integration::harness::{Proc, ext_proc_bin, free_ports, wait_for};
+use integration::harness::{Proc, ext_proc_bin, free_ports, tls_client_config, wait_for};
 
+/// Both ways the operator port is served: plain HTTP (loopback, kubeadm)
+/// and HTTPS with the gRPC port's certificate (`--metrics-tls`, the
+/// workload deployment), where a plaintext request gets nothing.
 #[tokio::test]
 async fn the_operator_endpoints_answer_whom_the_cluster_allows() {
     let cp = RealControlPlane::start(&[("kas-a", &[][..])]).await.unwrap();
     let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
     let kc = kubeconfig(cp.dir.path(), &cp.apiservers[0].url(), &cp.pki.serving.cert_file, &user);
-    let (admin_token, nobody_token) = (TOKENS[0].0, TOKENS[1].0);
+    let admin_token = TOKENS[0].0;
     // RBAC as an operator would grant it: "nobody" may read /table only.
     let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "mvp-envoy-table"},
         "rules": [{"nonResourceURLs": ["/table"], "verbs": ["get"]}]});
@@ -35,6 +39,18 @@ async fn the_operator_endpoints_answer_whom_the_cluster_allows() {
 
     let token_file = cp.dir.path().join("admin.token");
     std::fs::write(&token_file, admin_token).unwrap();
+    check(&cp, &kc, &token_file, None).await;
+    let control = cp.dir.path().join("control");
+    let out = Command::new(ext_proc_bin().unwrap()).args(["certs", "--out"]).arg(&control).args(["--server-ip", "127.0.0.1"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    check(&cp, &kc, &token_file, Some(&control)).await;
+}
+
+/// The operator port of an mvp-ext-proc with delegated auth, over HTTPS
+/// with the certificate set in `tls`, else plain HTTP.
+async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<&Path>) {
+    let (admin_token, nobody_token) = (TOKENS[0].0, TOKENS[1].0);
+    let base = cp.apiservers[0].url();
     let ports = free_ports(2);
     let metrics = format!("127.0.0.1:{}", ports[1]);
     let args: Vec<String> = vec![
@@ -52,9 +68,21 @@ async fn the_operator_endpoints_answer_whom_the_cluster_allows() {
         "--authentication-kubeconfig".into(),
         kc.display().to_string(),
     ];
+    let mut args = args;
+    if let Some(dir) = tls {
+        for (flag, file) in [("--tls-cert-file", "server.crt"), ("--tls-private-key-file", "server.key"), ("--client-ca-file", "ca.crt")] {
+            args.extend([flag.to_string(), dir.join(file).display().to_string()]);
+        }
+        args.push("--metrics-tls".into());
+    }
     let _ext_proc = Proc::spawn("mvp-ext-proc", cp.dir.path(), &ext_proc_bin().unwrap(), &args).unwrap();
-    let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(15)).build().unwrap();
-    let url = |p: &str| format!("http://{metrics}{p}");
+    let mut http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(15));
+    if let Some(dir) = tls {
+        http = http.use_preconfigured_tls(tls_client_config(&dir.join("ca.crt"), None, &[b"http/1.1"]).unwrap());
+    }
+    let http = http.build().unwrap();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = |p: &str| format!("{scheme}://{metrics}{p}");
     wait_for("mvp-ext-proc ready", Duration::from_secs(60), || async {
         http.get(url("/readyz")).send().await.ok().filter(|r| r.status() == 200)
     })
@@ -97,6 +125,9 @@ async fn the_operator_endpoints_answer_whom_the_cluster_allows() {
     let explain = |token: Option<&std::path::Path>| {
         let mut c = Command::new(ext_proc_bin().unwrap());
         c.args(["explain", "--server", &url(""), "/api/v1/namespaces/default/pods"]);
+        if let Some(dir) = tls {
+            c.arg("--ca-file").arg(dir.join("ca.crt"));
+        }
         if let Some(t) = token {
             c.arg("--token-file").arg(t);
         }
@@ -104,6 +135,11 @@ async fn the_operator_endpoints_answer_whom_the_cluster_allows() {
     };
     let denied = explain(None);
     assert!(!denied.status.success() && String::from_utf8_lossy(&denied.stderr).contains("401"), "{}", String::from_utf8_lossy(&denied.stderr));
-    let allowed = explain(Some(&token_file));
+    let allowed = explain(Some(token_file));
     assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
+    if tls.is_some() {
+        let plain = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build().unwrap();
+        let got = plain.get(format!("http://{metrics}/healthz")).send().await;
+        assert!(got.is_err() || got.is_ok_and(|r| !r.status().is_success()), "plain HTTP answered on the HTTPS operator port");
+    }
 }

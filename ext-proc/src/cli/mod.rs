@@ -72,6 +72,10 @@ struct ExplainArgs {
     /// operator endpoints need one (`serve --authentication-kubeconfig`).
     #[arg(long, value_name = "FILE")]
     token_file: Option<std::path::PathBuf>,
+    /// CA bundle (PEM) to verify an https:// --server with (`serve
+    /// --metrics-tls`: the gRPC port's CA, e.g. `certs`' ca.crt).
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<std::path::PathBuf>,
     /// The request's path, with its query if any (`/apis/apps/v1/namespaces/x/deployments?watch=1`).
     path: String,
 }
@@ -241,6 +245,12 @@ struct ServeArgs {
     /// The same with the pod's ServiceAccount (in-cluster credentials).
     #[arg(long)]
     delegated_auth_in_cluster: bool,
+    /// Serve --metrics-listen over HTTPS with the --tls-cert-file
+    /// certificate (re-read with it; no client certificate asked): bearer
+    /// tokens never cross the network in clear, as on kube's components'
+    /// secure port. Probes then use HTTPS.
+    #[arg(long, requires = "tls_cert_file")]
+    metrics_tls: bool,
     #[command(flatten)]
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
@@ -267,7 +277,14 @@ fn explain(a: ExplainArgs) -> anyhow::Result<()> {
         .with_context(|| format!("--server {}: not a URL", a.server))?;
     let (status, body) = runtime
         .block_on(async {
-            let mut req = reqwest::Client::builder().no_proxy().build()?.get(url).timeout(Duration::from_secs(10));
+            let mut client = reqwest::Client::builder().no_proxy();
+            if let Some(f) = &a.ca_file {
+                let pem = std::fs::read(f).with_context(|| format!("--ca-file {}", f.display()))?;
+                for cert in reqwest::Certificate::from_pem_bundle(&pem).with_context(|| format!("--ca-file {}", f.display()))? {
+                    client = client.add_root_certificate(cert);
+                }
+            }
+            let mut req = client.build()?.get(url).timeout(Duration::from_secs(10));
             if let Some(f) = &a.token_file {
                 let token = std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?;
                 req = req.bearer_auth(token.trim());
@@ -335,6 +352,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_ads_streams: a.max_ads_streams,
         max_held_table_calls: a.max_held_table_calls,
         apiserver_http2_max_streams: a.apiserver_http2_max_streams_per_connection,
+        metrics_tls: a.metrics_tls,
         delegated_auth: match (a.authentication_kubeconfig, a.delegated_auth_in_cluster) {
             (Some(path), _) => Some(Some(path)),
             (None, true) => Some(None),

@@ -170,7 +170,7 @@ async fn drained(serve: impl Future<Output = Result<(), tonic::transport::Error>
 
 /// Accepted connections with TCP_NODELAY: every ext_proc and GetTable
 /// message is small and latency-bound.
-fn tcp_incoming(l: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+pub(crate) fn tcp_incoming(l: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     futures::stream::unfold(l, |l| async move {
         loop {
             match l.accept().await {

@@ -42,6 +42,18 @@ pub struct GrpcTlsFiles {
 impl GrpcTlsFiles {
     /// The server configuration these files make, checked as at start.
     pub fn load(&self) -> Result<rustls::ServerConfig, TlsError> {
+        self.server_config(true)
+    }
+
+    /// The same certificate for the operator port (`--metrics-listen`),
+    /// which asks no client certificate: its callers authenticate with
+    /// bearer tokens ([`crate::operate::delegated`]), as on kube's
+    /// components' secure port.
+    pub fn load_for_operators(&self) -> Result<rustls::ServerConfig, TlsError> {
+        self.server_config(false)
+    }
+
+    fn server_config(&self, client_certificates: bool) -> Result<rustls::ServerConfig, TlsError> {
         let identity = load_identity("--tls-cert-file", &self.cert_file, "--tls-private-key-file", &self.key_file)?;
         let cas = load_certs("--client-ca-file", &self.client_ca_file)?;
         let mut roots = rustls::RootCertStore::empty();
@@ -52,14 +64,13 @@ impl GrpcTlsFiles {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
             .map_err(|e| TlsError::Flags(format!("--client-ca-file {}: {e}", self.client_ca_file.display())))?;
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Flags(e.to_string()))?
-            .with_client_cert_verifier(verifier)
+        let builder = rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions().map_err(|e| TlsError::Flags(e.to_string()))?;
+        let builder = if client_certificates { builder.with_client_cert_verifier(verifier) } else { builder.with_no_client_auth() };
+        let mut config = builder
             .with_single_cert(identity.certs, identity.key)
             .map_err(|e| TlsError::Flags(format!("--tls-cert-file {}: {e}", self.cert_file.display())))?;
-        // gRPC is HTTP/2 only.
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        // gRPC is HTTP/2 only; the operator port also HTTP/1.1 (curl, probes).
+        config.alpn_protocols = if client_certificates { vec![b"h2".to_vec()] } else { vec![b"h2".to_vec(), b"http/1.1".to_vec()] };
         Ok(config)
     }
 
@@ -78,18 +89,32 @@ impl GrpcTlsFiles {
     /// start without its credentials) and follows them: the receiver always
     /// holds the last good configuration.
     pub fn follow(self, metrics: Arc<Metrics>) -> Result<(watch::Receiver<Arc<rustls::ServerConfig>>, tokio::task::JoinHandle<()>), TlsError> {
+        self.follow_as(true, Some(metrics))
+    }
+
+    /// [`GrpcTlsFiles::follow`] for the operator port's configuration (the
+    /// same files: counted once, by the gRPC port's follower).
+    pub fn follow_for_operators(self) -> Result<(watch::Receiver<Arc<rustls::ServerConfig>>, tokio::task::JoinHandle<()>), TlsError> {
+        self.follow_as(false, None)
+    }
+
+    fn follow_as(self, client_certificates: bool, metrics: Option<Arc<Metrics>>) -> Result<(watch::Receiver<Arc<rustls::ServerConfig>>, tokio::task::JoinHandle<()>), TlsError> {
         let digest_of = self.clone();
         let (config, _, task) = crate::tls::reload::follow_files(
             move || digest_of.digest(),
-            move || self.load(),
+            move || self.server_config(client_certificates),
             move |now, outcome| match outcome {
                 Ok(()) => {
-                    tracing::info!(digest = %now, "gRPC TLS files changed; new connections get the new credentials");
-                    metrics.grpc_tls_reload("loaded");
+                    if let Some(m) = &metrics {
+                        tracing::info!(digest = %now, "gRPC TLS files changed; new connections get the new credentials");
+                        m.grpc_tls_reload("loaded");
+                    }
                 }
                 Err(e) => {
-                    tracing::error!(digest = %now, error = %e, "gRPC TLS files changed but do not load; the last good credentials stay in use");
-                    metrics.grpc_tls_reload("rejected");
+                    if let Some(m) = &metrics {
+                        tracing::error!(digest = %now, error = %e, "gRPC TLS files changed but do not load; the last good credentials stay in use");
+                        m.grpc_tls_reload("rejected");
+                    }
                 }
             },
         )?;
@@ -126,6 +151,41 @@ pub fn handshakes(
         // Handshakes in flight at once: past this many, accepting waits.
         .buffer_unordered(MAX_HANDSHAKES_IN_FLIGHT)
         .filter_map(|done| async move { done })
+}
+
+/// A TCP listener that hands axum only connections whose TLS handshake
+/// succeeded ([`handshakes`]): the operator port over HTTPS.
+pub struct TlsListener {
+    incoming: std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> + Send>>,
+    addr: std::net::SocketAddr,
+}
+
+impl TlsListener {
+    pub fn new(l: tokio::net::TcpListener, config: watch::Receiver<Arc<rustls::ServerConfig>>) -> std::io::Result<TlsListener> {
+        let addr = l.local_addr()?;
+        Ok(TlsListener { incoming: Box::pin(handshakes(super::listen::tcp_incoming(l), config)), addr })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use futures::StreamExt;
+        loop {
+            // The stream never ends (the accept loop retries) and yields
+            // only finished handshakes.
+            if let Some(Ok(tls)) = self.incoming.next().await {
+                let peer = tls.get_ref().0.peer_addr().unwrap_or(self.addr);
+                return (tls, peer);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
 }
 
 /// Concurrent handshakes per listener: a flood of connections that never
