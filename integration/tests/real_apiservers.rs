@@ -334,6 +334,34 @@ async fn a_hundred_multiplexed_watches_cost_the_apiservers_a_connection_per_work
     assert!(door_cost <= 4, "through the front door: {door_cost} apiserver connections");
 }
 
+/// kube-apiserver's `--goaway-chance` (after a random 2 % of its HTTP/2
+/// requests it sends GOAWAY, so clients spread over servers; it never fires
+/// on HTTP/1.1, which the front door spoke upstream before): Envoy drains
+/// that connection and opens another, and none of 600 requests (10 at a
+/// time, one client connection) is lost (issue 48 item 1).
+#[tokio::test]
+async fn goaway_chance_loses_no_request() {
+    let goaway: &[&str] = &["--goaway-chance=0.02"];
+    let cp = RealControlPlane::start(&[("kas-a", goaway), ("kas-b", goaway)]).await.unwrap();
+    let door = FrontDoor::in_front_of(cp.members(), Options { tls: Some(cp.pki.clone()), ..Options::default() }).await.unwrap();
+    let admin = door.https(Some(&cp.admin), true).unwrap();
+    let paths = ["/api/v1/namespaces/default/configmaps", "/apis/apps/v1/namespaces/default/deployments", "/api/v1/namespaces"];
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for round in 0..60 {
+        let batch = (0..10).map(|i| {
+            let (admin, url) = (admin.clone(), door.url(paths[(round + i) % paths.len()]));
+            async move { admin.get(url).send().await.map(|r| r.status().as_u16()).unwrap_or(0) }
+        });
+        for s in futures::future::join_all(batch).await {
+            *statuses.entry(s).or_default() += 1;
+        }
+    }
+    assert_eq!(statuses, [(200, 600)].into(), "600 requests under --goaway-chance");
+    let goaways = door.envoy_stat("cluster.apiservers_requestheader.upstream_cx_close_notify").await.unwrap_or(0);
+    eprintln!("600 requests under --goaway-chance=0.02: {goaways} GOAWAYs from the apiservers, all answered");
+    assert!(goaways >= 1, "no GOAWAY seen: is the cluster HTTP/2?");
+}
+
 /// The control: the same skewed requests through a plain round-robin Envoy
 /// (the same bootstrap without the filter) get 404s — the failure the front
 /// door exists to prevent is really there in this topology.
