@@ -77,6 +77,25 @@ pub fn hcm_options(request_headers_timeout: Duration) -> Value {
     })
 }
 
+/// New requests Envoy takes from one client connection per turn of its
+/// event loop; the rest wait for the next turn (Envoy's mitigation of the
+/// HTTP/2 rapid reset, CVE-2023-44487). Without it, one connection's burst
+/// of HEADERS + RST_STREAM pairs was worked through in a single turn,
+/// every other connection of that worker waiting behind it (measured,
+/// `adversarial::a_rapid_reset_flood_is_cut_off_and_the_others_are_served`:
+/// a legitimate client's p99 0.6–1.5 s under the flood on the wasm build,
+/// and the flood kept its connections because its requests were answered
+/// before their resets; with 1: 25–100 ms, every flood connection closed
+/// by Envoy's premature-reset check). A kubelet's hundreds of watches on
+/// one connection still all go through, one per turn.
+pub const MAX_REQUESTS_PER_IO_CYCLE: u32 = 1;
+
+/// The bootstrap's runtime: the values above Envoy takes from its runtime
+/// rather than from configuration.
+pub fn layered_runtime() -> Value {
+    json!({"layers": [{"name": "edge", "static_layer": {"http.max_requests_per_io_cycle": MAX_REQUESTS_PER_IO_CYCLE}}]})
+}
+
 /// The bootstrap's overload manager: client connections and heap.
 pub fn overload_manager(max_heap_bytes: u64) -> Value {
     const HEAP: &str = "envoy.resource_monitors.fixed_heap";

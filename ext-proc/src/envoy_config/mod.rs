@@ -177,6 +177,8 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
         },
         // Client connections and heap (edge.rs).
         "overload_manager": edge::overload_manager(o.max_heap_bytes),
+        // One new request per client connection per event-loop turn (edge.rs).
+        "layered_runtime": edge::layered_runtime(),
     }))
 }
 
