@@ -142,9 +142,15 @@ pub(super) async fn resource(
     let mut resp = if watch {
         // An ADDED event at once, then (with ?bookmarks=N) N bookmarks 100 ms
         // apart, flushed one by one: a front door that buffered the stream
-        // would deliver the first event only at the end.
+        // would deliver the first event only at the end. With ?hold=S the
+        // watch then stays open, quiet, until S seconds after it began (as
+        // most of a cluster's watches are: scale tests hold thousands).
         let event = json!({"type": "ADDED", "object": {"apiVersion": api_version, "kind": kind, "metadata": {"name": "fake", "namespace": p.namespace, "resourceVersion": "1"}}, "servedBy": served});
         let bookmarks: u32 = query.split('&').find_map(|kv| kv.strip_prefix("bookmarks=")?.parse().ok()).unwrap_or(0);
+        let hold_until = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("hold=")?.parse::<u64>().ok())
+            .map(|s| tokio::time::Instant::now() + std::time::Duration::from_secs(s.min(3600)));
         let mut first = serde_json::to_vec(&event).unwrap_or_default();
         first.push(b'\n');
         let kind = kind.clone();
@@ -156,6 +162,9 @@ pub(super) async fn resource(
                     return Some((Ok::<_, std::io::Error>(Bytes::from(first)), 1));
                 }
                 if i > bookmarks {
+                    if let Some(until) = hold_until {
+                        tokio::time::sleep_until(until).await;
+                    }
                     return None;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;

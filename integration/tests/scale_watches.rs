@@ -1,0 +1,117 @@
+//! Many nodes through one front door (issue 48): each simulated node is one
+//! HTTP/2 connection carrying a kubelet's watches (its pods, its node,
+//! services, endpointslices, the configmaps and secrets its pods mount) and
+//! renewing its lease. Reported: watches held, Envoy's RSS per 10,000
+//! watches, apiserver-side connections. The smoke here holds 1,000 watches
+//! (50 nodes × 20); `MVP_SCALE_NODES` and `MVP_SCALE_WATCHES_PER_NODE` make
+//! a full run of it (`docs/operating.md`, "Large clusters", has the figures).
+
+use std::time::Instant;
+
+use integration::harness::watches::{Held, hold_watches};
+use integration::harness::{FrontDoor, Options, three_fakes};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A process's resident memory, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
+/// The watch paths of a kubelet on node `n` (its first `k`), each held
+/// quietly for `hold` seconds after its first event.
+fn kubelet_watches(n: usize, k: usize, hold: u64) -> Vec<String> {
+    let q = format!("watch=1&hold={hold}");
+    let fixed = [
+        format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-{n}&{q}"),
+        format!("/api/v1/nodes?fieldSelector=metadata.name%3Dnode-{n}&{q}"),
+        format!("/api/v1/services?{q}"),
+        format!("/apis/discovery.k8s.io/v1/endpointslices?{q}"),
+    ];
+    let mounts = (0..).map(|i| {
+        if i % 2 == 0 {
+            format!("/api/v1/namespaces/ns-{}/configmaps?fieldSelector=metadata.name%3Dcm-{i}&{q}", n % 10)
+        } else {
+            format!("/api/v1/namespaces/ns-{}/secrets?fieldSelector=metadata.name%3Ds-{i}&{q}", n % 10)
+        }
+    });
+    fixed.into_iter().chain(mounts).take(k).collect()
+}
+
+/// What one door cost for the load: Envoy's RSS growth (KiB) and the
+/// apiserver connections it opened.
+struct Cost {
+    rss_kib: u64,
+    apiserver_connections: u64,
+    seconds: f64,
+}
+
+/// `nodes` × `per_node` watches through the Envoy listening on `base`
+/// (process `pid`), each node renewing its lease once they are all open.
+async fn load(door: &FrontDoor, base: &str, pid: u32, nodes: usize, per_node: usize) -> Cost {
+    let apiserver_connections = || async {
+        let mut n = 0;
+        for f in &door.fakes {
+            n += f.stats(&door.http).await.and_then(|v| v["connectionsOpen"].as_u64()).unwrap_or(0);
+        }
+        n
+    };
+    let (rss_before, connections_before) = (rss_kib(pid), apiserver_connections().await);
+    let start = Instant::now();
+    let mut held: Vec<Held> = Vec::new();
+    let mut clients = Vec::new();
+    for n in 0..nodes {
+        // One HTTP/2 connection per node, as a kubelet's client-go.
+        let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
+        for path in kubelet_watches(n, per_node, 600) {
+            held.push(hold_watches(&node, &format!("{base}{path}"), 1).await);
+        }
+        clients.push(node);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let failed: usize = held.iter().map(|h| h.failed().len()).sum();
+    assert_eq!(failed, 0, "{base}: watches not held");
+    for (n, node) in clients.iter().enumerate() {
+        let lease = format!("{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-{n}");
+        let body = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("node-{n}")}});
+        assert_eq!(node.put(lease).json(&body).send().await.unwrap().status(), 200, "{base}: a lease renewal");
+    }
+    let cost = Cost { rss_kib: rss_kib(pid).saturating_sub(rss_before), apiserver_connections: apiserver_connections().await - connections_before, seconds };
+    for h in held {
+        h.end().await;
+    }
+    cost
+}
+
+/// The same nodes through a plain L7 round-robin Envoy (the same bootstrap
+/// without the routing filter or ext_proc: the anchor the issue's memory
+/// goal compares with) and through the front door; each door's Envoy grows
+/// by about the same per watch, and opens at most one connection per
+/// apiserver and worker whatever the number of watches.
+#[tokio::test]
+async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
+    let (nodes, per_node) = (env_or("MVP_SCALE_NODES", 50), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
+    let watches = nodes * per_node;
+    let door = FrontDoor::start(&three_fakes(), Options::default()).await.unwrap();
+    let (plain, plain_topology) = door.another_envoy_with(integration::harness::plain_round_robin).await.unwrap();
+    let plain_base = format!("http://127.0.0.1:{}", plain_topology.ports.listen);
+    let plain_cost = load(&door, &plain_base, plain.pid(), nodes, per_node).await;
+    let mvp_cost = load(&door, &door.url(""), door.envoy.pid(), nodes, per_node).await;
+    let per_10k = |c: &Cost| c.rss_kib as f64 / 1024.0 * 10_000.0 / watches as f64;
+    eprintln!(
+        "scale: {watches} watches of {nodes} nodes (1 HTTP/2 connection each) — plain L7 Envoy (1 worker): {:.0} MiB per 10k watches, {} apiserver connections, {:.1} s; front door (2 workers): {:.0} MiB per 10k watches, {} apiserver connections, {:.1} s",
+        per_10k(&plain_cost),
+        plain_cost.apiserver_connections,
+        plain_cost.seconds,
+        per_10k(&mvp_cost),
+        mvp_cost.apiserver_connections,
+        mvp_cost.seconds
+    );
+    // Per apiserver one connection per Envoy worker, whatever the watches.
+    let fakes = door.fakes.len() as u64;
+    assert!(mvp_cost.apiserver_connections <= 2 * fakes, "front door: {} apiserver connections for {watches} watches", mvp_cost.apiserver_connections);
+    assert!(plain_cost.apiserver_connections <= fakes, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
+}
