@@ -40,6 +40,10 @@ pub const EXT_PROC_CLUSTER: &str = "mvp_ext_proc";
 /// first filter's replica could not finish goes to another one.
 pub const EXT_PROC_FALLBACK_CLUSTER: &str = "mvp_ext_proc_fallback";
 
+/// The ext_proc filter for the merged documents: off by default, on for
+/// their routes only (so no other request creates it).
+pub const EXT_PROC_FILTER: &str = "envoy.filters.http.ext_proc";
+
 /// That second ext_proc filter: off by default, on for the merged
 /// documents' routes.
 pub const EXT_PROC_FALLBACK_FILTER: &str = "mvp.ext_proc_fallback";

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mvp_contract::envoy::{
-    EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER, FILTER_STATS_NAMESPACE, NATIVE_REFRESHER_NAME, NATIVE_ROUTER_NAME, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID,
+    EXT_PROC_CLUSTER, EXT_PROC_FALLBACK_CLUSTER, EXT_PROC_FALLBACK_FILTER, EXT_PROC_FILTER, FILTER_STATS_NAMESPACE, NATIVE_REFRESHER_NAME, NATIVE_ROUTER_NAME, REFRESHER_ROOT_ID, ROUTER_ROOT_ID, VM_ID,
 };
 use mvp_contract::headers::DISCOVERY_RESULT;
 use mvp_contract::plugin::{HoldConfig, IdentityConfig, PluginConfig, RefresherConfig, RouterConfig};
@@ -195,7 +195,9 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             "typed_config": router_filter(o, &router),
         })),
         fallback,
-        Some(json!({"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(o, EXT_PROC_CLUSTER, None)})),
+        // Off by default, on for the merged documents' routes only
+        // (`super::routes`): Envoy creates it for no other request.
+        Some(json!({"name": EXT_PROC_FILTER, "disabled": true, "typed_config": ext_proc(o, EXT_PROC_CLUSTER, None)})),
         Some(json!({
             "name": "envoy.filters.http.router",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},

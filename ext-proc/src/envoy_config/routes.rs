@@ -2,7 +2,7 @@
 //! `/openapi/v3` index) through ext_proc, one route per number of
 //! apiservers the filter pinned a request to, and the default route.
 
-use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, http1_twin};
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, EXT_PROC_FILTER, http1_twin};
 use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT, UPSTREAM_TIMEOUT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
@@ -73,26 +73,21 @@ impl Timeouts {
 /// (`rewrite::exchange::Target` names the same ones).
 pub const MERGED_PATHS: [&str; 5] = ["/apis", "/apis/", "/openapi/v2", "/openapi/v3", "/openapi/v3/"];
 
-/// Per-route config that keeps a route out of ext_proc entirely.
-fn without_ext_proc() -> Value {
-    json!({
-        "envoy.filters.http.ext_proc": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
-            "disabled": true,
-        },
-    })
-}
-
-/// Per-route config of a merged document's route: the fallback ext_proc
-/// filter (off by default) on, when there is one.
-fn with_ext_proc_fallback() -> Value {
-    json!({
-        EXT_PROC_FALLBACK_FILTER: {
-            "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
-            // Present and empty: the filter is on, with its own config.
-            "config": {},
-        },
-    })
+/// Per-route config of a merged document's route: the ext_proc filters,
+/// off by default (`super::filters`), on — with their own config — for it
+/// alone; the fallback one too when there is one. Every other route has
+/// none: Envoy creates no ext_proc filter for its requests (before, a
+/// filter disabled per route was still created for each: ~6.5 KiB per
+/// watch, `scale_watches.rs`).
+fn with_ext_proc(fallback: bool) -> Value {
+    // Present and empty: the filter is on, with its own config.
+    let on = json!({"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "config": {}});
+    let mut filters = serde_json::Map::new();
+    filters.insert(EXT_PROC_FILTER.to_string(), on.clone());
+    if fallback {
+        filters.insert(EXT_PROC_FALLBACK_FILTER.to_string(), on);
+    }
+    Value::Object(filters)
 }
 
 /// The override-host list's regex for exactly `k` apiservers.
@@ -131,7 +126,6 @@ fn malformed_authority() -> Value {
     json!({
         "match": {"prefix": "/", "headers": [{"name": ":authority", "string_match": {"safe_regex": {"regex": ".*[,\\s].*"}}}]},
         "direct_response": {"status": 400},
-        "typed_per_filter_config": without_ext_proc(),
     })
 }
 
@@ -144,7 +138,6 @@ fn unavailable() -> Value {
         "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"exact": UNAVAILABLE}}]},
         "direct_response": {"status": 503},
         "response_headers_to_add": [{"header": {"key": "retry-after", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
-        "typed_per_filter_config": without_ext_proc(),
     })
 }
 
@@ -155,7 +148,6 @@ fn unavailable_document() -> Value {
     json!({
         "match": {"prefix": "/", "headers": [{"name": ROUTE, "string_match": {"exact": UNAVAILABLE_DOCUMENT}}]},
         "direct_response": {"status": 503},
-        "typed_per_filter_config": without_ext_proc(),
     })
 }
 
@@ -181,7 +173,7 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
             "match": {"path": path, "headers": with_identity(vec![])},
             "route": to_apiservers(cluster, all, Retry::Read, t, true),
             "response_headers_to_remove": [DISCOVERY_RESULT],
-            "typed_per_filter_config": fallback.then(with_ext_proc_fallback),
+            "typed_per_filter_config": with_ext_proc(fallback),
         })
     };
     let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
@@ -220,12 +212,11 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
                     "header": {"key": PEER_PROXIED, "value": "true"},
                     "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
                 }],
-                "typed_per_filter_config": without_ext_proc(),
-            }));
+                    }));
         }
     }
     for (headers, cluster, retry, idle) in variants(vec![]) {
-        routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, all, retry, t, idle), "typed_per_filter_config": without_ext_proc()}));
+        routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, all, retry, t, idle)}));
     }
     routes
 }

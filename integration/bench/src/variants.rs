@@ -213,6 +213,9 @@ impl Variant {
                 }
                 let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
                 let ext = filters.iter_mut().find(|f| f["name"] == "envoy.filters.http.ext_proc").context("ext_proc filter")?;
+                // On for every request (the production config turns it on
+                // for the merged documents' routes only).
+                ext.as_object_mut().context("ext_proc filter")?.remove("disabled");
                 let tc = &mut ext["typed_config"];
                 tc["processing_mode"]["request_header_mode"] = json!("SEND");
                 tc["processing_mode"]["response_header_mode"] = json!("SKIP");
