@@ -72,8 +72,11 @@ async fn load(door: &FrontDoor, base: &str, pid: u32, nodes: usize, per_node: us
         clients.push(node);
     }
     let seconds = start.elapsed().as_secs_f64();
-    let failed: usize = held.iter().map(|h| h.failed().len()).sum();
-    assert_eq!(failed, 0, "{base}: watches not held");
+    let mut failed = std::collections::BTreeMap::<u16, usize>::new();
+    for s in held.iter().flat_map(|h| h.failed()) {
+        *failed.entry(s).or_default() += 1;
+    }
+    assert!(failed.is_empty(), "{base}: watches not held, by status: {failed:?}");
     for (n, node) in clients.iter().enumerate() {
         let lease = format!("{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-{n}");
         let body = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("node-{n}")}});
@@ -114,8 +117,9 @@ async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
     // routing filter's state is small, and ext_proc is created only for the
     // merged documents (before, for every request: ~1.3×).
     assert!(per_10k(&mvp_cost) <= 1.2 * per_10k(&plain_cost), "front door memory per watch {:.0} vs plain {:.0} MiB per 10k", per_10k(&mvp_cost), per_10k(&plain_cost));
-    // Per apiserver one connection per Envoy worker, whatever the watches.
-    let fakes = door.fakes.len() as u64;
-    assert!(mvp_cost.apiserver_connections <= 2 * fakes, "front door: {} apiserver connections for {watches} watches", mvp_cost.apiserver_connections);
-    assert!(plain_cost.apiserver_connections <= fakes, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
+    // Per apiserver one connection per Envoy worker, and one more per 1,000
+    // streams (kube's per-connection bound) past that.
+    let (fakes, more) = (door.fakes.len() as u64, watches.div_ceil(1000) as u64);
+    assert!(mvp_cost.apiserver_connections <= 2 * fakes + more, "front door: {} apiserver connections for {watches} watches", mvp_cost.apiserver_connections);
+    assert!(plain_cost.apiserver_connections <= fakes + more, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
 }
