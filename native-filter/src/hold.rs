@@ -27,6 +27,7 @@
 
 use std::cell::RefCell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -74,14 +75,25 @@ static WAITERS: Mutex<Vec<Arc<Waiter>>> = Mutex::new(Vec::new());
 /// since nothing would wake it.
 static MAIN: Mutex<usize> = Mutex::new(0);
 
+/// A [`HELD`] event is on its way to the main thread. A park posts one only
+/// when none is; the main thread clears this before it looks at the
+/// waiters, so every waiter listed before the clear is seen by that look
+/// and one listed after it posts again. A flood of parks (an HTTP/2 rapid
+/// reset aimed at the hold) costs the main thread one look per turn of its
+/// loop, not one per park.
+static HELD_POSTED: AtomicBool = AtomicBool::new(false);
+
 pub fn set_main(scheduler: *mut c_void) {
     *lock(&MAIN) = scheduler as usize;
+    // An event posted to an earlier scheduler is gone with it.
+    HELD_POSTED.store(false, Ordering::SeqCst);
 }
 
 /// The refresher is going: no new holds; the held ones are woken (and,
 /// with no newer table, get their 503 on their worker).
 pub fn clear_main() {
     let old = std::mem::take(&mut *lock(&MAIN));
+    HELD_POSTED.store(false, Ordering::SeqCst);
     if old != 0 {
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(old as *mut c_void) };
     }
@@ -100,6 +112,7 @@ fn commit(w: &Waiter) {
 /// Main thread: wakes every waiter whose table moved on or whose deadline
 /// passed; the milliseconds until the earliest remaining deadline.
 pub fn wake_due() -> Option<u64> {
+    HELD_POSTED.store(false, Ordering::SeqCst);
     let now = now_ms();
     let version = process::version();
     let mut list = lock(&WAITERS);
@@ -165,10 +178,16 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
         return false;
     }
     lock(&WAITERS).push(waiter);
+    if HELD_POSTED.swap(true, Ordering::SeqCst) {
+        // The main thread will look, and see this one.
+        return true;
+    }
     // Under MAIN's lock: `clear_main` cannot delete it meanwhile.
     let main = lock(&MAIN);
     if *main != 0 {
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(*main as *mut c_void, HELD) };
+    } else {
+        HELD_POSTED.store(false, Ordering::SeqCst);
     }
     true
 }
