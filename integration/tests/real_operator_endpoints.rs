@@ -53,7 +53,7 @@ async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<
     let base = cp.apiservers[0].url();
     let ports = free_ports(2);
     let metrics = format!("127.0.0.1:{}", ports[1]);
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "serve".into(),
         "--apiserver".into(),
         format!("kas-a={base}"),
@@ -68,7 +68,6 @@ async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<
         "--authentication-kubeconfig".into(),
         kc.display().to_string(),
     ];
-    let mut args = args;
     if let Some(dir) = tls {
         for (flag, file) in [("--tls-cert-file", "server.crt"), ("--tls-private-key-file", "server.key"), ("--client-ca-file", "ca.crt")] {
             args.extend([flag.to_string(), dir.join(file).display().to_string()]);
