@@ -168,10 +168,17 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
     // An apiserver's own copy of the ext_proc answer's marker would keep the
     // fallback filter from running: removed before any filter sees the
     // response.
+    // Over the HTTP/1.1 twin: ext_proc replaces these bodies at the
+    // response-headers phase (CONTINUE_AND_REPLACE), and over HTTP/2 the
+    // apiserver's own body could already be buffered when the multi-MiB
+    // replacement joined it: Envoy's stream buffer limit answered the 500
+    // `response_payload_too_large` (2 of 160 concurrent CRD-heavy `/apis`,
+    // `peer_discovery::large_crd_heavy_documents_are_merged_and_gzipped`).
+    // Discovery is a few requests per client; nothing to multiplex.
     let merged = |path: &str| {
         json!({
             "match": {"path": path, "headers": with_identity(vec![])},
-            "route": to_apiservers(cluster, all, Retry::Read, t, true),
+            "route": to_apiservers(http1_twin(cluster), all, Retry::Read, t, true),
             "response_headers_to_remove": [DISCOVERY_RESULT],
             "typed_per_filter_config": with_ext_proc(fallback),
         })
@@ -245,7 +252,7 @@ mod tests {
         assert!(r[2]["response_headers_to_add"].is_null(), "no Retry-After on documents");
         let with_identity = routes(Some("x-remote-user"), false, true, &t());
         assert_eq!(with_identity.len(), u + 2 * set);
-        assert_eq!(with_identity[u]["route"]["cluster"], APISERVERS_REQUESTHEADER_CLUSTER);
+        assert_eq!(with_identity[u]["route"]["cluster"], mvp_contract::envoy::APISERVERS_REQUESTHEADER_HTTP1_CLUSTER, "a merged document");
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
         assert_eq!(with_identity[u - 1 + 2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
         // k = 1: upgrades, reads not long-running, long-running reads, any
@@ -286,8 +293,9 @@ mod tests {
     }
 
     /// Only upgrade requests go to the HTTP/1.1 twins, before any other
-    /// route of their set could take them; everything else to the HTTP/2
-    /// clusters. An upgrade is never retried once it reached a server.
+    /// route of their set could take them, and the merged documents (whose
+    /// bodies ext_proc replaces); everything else to the HTTP/2 clusters. An
+    /// upgrade is never retried once it reached a server.
     #[test]
     fn upgrades_and_only_upgrades_go_to_the_http1_twins() {
         use mvp_contract::envoy::{APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER};
@@ -297,9 +305,10 @@ mod tests {
             for route in r.iter().filter(|r| r.get("route").is_some()) {
                 let headers = route["match"]["headers"].as_array().cloned().unwrap_or_default();
                 let upgrade = headers.iter().any(|h| h["name"] == "upgrade" && h["present_match"] == true);
+                let merged = route["match"].get("path").is_some();
                 let identity = headers.iter().any(|h| h["name"] == "x-remote-user");
                 let cluster = route["route"]["cluster"].as_str().unwrap();
-                let want = match (upgrade, identity) {
+                let want = match (upgrade || merged, identity) {
                     (true, true) => APISERVERS_REQUESTHEADER_HTTP1_CLUSTER,
                     (true, false) => APISERVERS_HTTP1_CLUSTER,
                     (false, true) => APISERVERS_REQUESTHEADER_CLUSTER,
