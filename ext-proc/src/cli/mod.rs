@@ -17,6 +17,7 @@ use crate::serve::ServeOptions;
 use crate::tls::{DEFAULT_PEER_SERVER_NAME, PeerTls, RequestHeaderNames};
 
 mod certs;
+mod explain;
 mod envoy_config;
 
 use envoy_config::EnvoyConfigArgs;
@@ -54,36 +55,7 @@ enum Command {
     DecodeDiscovery,
     /// Ask a running mvp-ext-proc what the front door does with a request,
     /// and why: its classification, which apiservers serve it, the decision.
-    Explain(ExplainArgs),
-}
-
-#[derive(Parser)]
-struct ExplainArgs {
-    /// The running mvp-ext-proc's --metrics-listen address.
-    #[arg(long, default_value = "http://127.0.0.1:9090")]
-    server: String,
-    /// HTTP method of the request.
-    #[arg(short = 'X', long, default_value = "GET")]
-    method: String,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = ExplainOutput::Human)]
-    output: ExplainOutput,
-    /// A file holding the bearer token to present, for an mvp-ext-proc whose
-    /// operator endpoints need one (`serve --authentication-kubeconfig`).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<std::path::PathBuf>,
-    /// CA bundle (PEM) to verify an https:// --server with (`serve
-    /// --metrics-tls`: the gRPC port's CA, e.g. `certs`' ca.crt).
-    #[arg(long, value_name = "FILE")]
-    ca_file: Option<std::path::PathBuf>,
-    /// The request's path, with its query if any (`/apis/apps/v1/namespaces/x/deployments?watch=1`).
-    path: String,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ExplainOutput {
-    Human,
-    Json,
+    Explain(explain::ExplainArgs),
 }
 
 /// How the front door reaches apiservers over TLS (kube-apiserver's names).
@@ -271,41 +243,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn explain(a: ExplainArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let url = reqwest::Url::parse_with_params(&format!("{}/debug/route", a.server.trim_end_matches('/')), [("path", a.path.as_str()), ("method", a.method.as_str())])
-        .with_context(|| format!("--server {}: not a URL", a.server))?;
-    let (status, body) = runtime
-        .block_on(async {
-            let mut client = reqwest::Client::builder().no_proxy();
-            if let Some(f) = &a.ca_file {
-                let pem = std::fs::read(f).with_context(|| format!("--ca-file {}", f.display()))?;
-                for cert in reqwest::Certificate::from_pem_bundle(&pem).with_context(|| format!("--ca-file {}", f.display()))? {
-                    client = client.add_root_certificate(cert);
-                }
-            }
-            let mut req = client.build()?.get(url).timeout(Duration::from_secs(10));
-            if let Some(f) = &a.token_file {
-                let token = std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?;
-                req = req.bearer_auth(token.trim());
-            }
-            let resp = req.send().await?;
-            anyhow::Ok((resp.status(), resp.text().await?))
-        })
-        .with_context(|| format!("asking mvp-ext-proc at {}", a.server))?;
-    if !status.is_success() {
-        anyhow::bail!("{}: {status}: {}", a.server, body.trim());
-    }
-    match a.output {
-        ExplainOutput::Json => println!("{body}"),
-        ExplainOutput::Human => {
-            let e: crate::table::explain::Explanation = serde_json::from_str(&body).context("reading the explanation")?;
-            print!("{}", crate::table::explain::render(&e));
-        }
-    }
-    Ok(())
-}
-
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -314,7 +251,7 @@ pub fn main() -> ExitCode {
         Command::EnvoyConfig(args) => envoy_config::envoy_config(args),
         Command::Certs(args) => certs::certs(args),
         Command::DecodeDiscovery => decode_discovery(),
-        Command::Explain(args) => explain(args),
+        Command::Explain(args) => explain::explain(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

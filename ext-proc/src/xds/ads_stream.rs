@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::ads::AdsServer;
-use super::clusters::{native_module, with_native_lb};
+use super::native_lb::{native_module, with_native_lb};
 use super::{CLUSTER_TYPE, ENDPOINT_TYPE, Snapshot, kind};
 use crate::sync::accepted::ACK_GRACE;
 

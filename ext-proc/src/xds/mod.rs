@@ -20,6 +20,7 @@ pub mod acks;
 pub mod ads;
 mod ads_stream;
 pub mod clusters;
+pub mod native_lb;
 pub mod endpoints;
 pub mod envoys;
 pub mod plane;
