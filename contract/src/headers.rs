@@ -31,8 +31,12 @@ pub const UNAVAILABLE_DOCUMENT: &str = "unavailable-document";
 pub const IDENTITY_REFUSED: &str = "refused-identity";
 
 /// kube-apiserver's loop guard: a request carrying it is never proxied to a
-/// peer again. Envoy's route table adds it to requests the filter pinned;
-/// clients cannot send it (stripped like [`ROUTE`]).
+/// peer again, and a GVR the receiving server lacks becomes its 404. The
+/// front door never sets it: a request it pins goes to a server that serves
+/// it, and should the table be stale, that server's own peer proxy (1.36+)
+/// is a second chance the header would turn into a 404 — "deleted" to
+/// client-go. Clients cannot send it either (stripped like [`ROUTE`]): a
+/// client must not switch correct routing off.
 pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
 
 /// On every answer mvp-ext-proc gave for a merged document (`/apis`, the

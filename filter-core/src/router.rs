@@ -80,9 +80,10 @@ impl Router {
         let Some(path) = request_path(host) else { return Action::Continue };
         let table = self.table.current();
         let decoded = DecodedPath::parse(&path);
-        let (key, decision) = route::route(&table, &decoded);
+        let (key, long_running) = requestinfo::route_key_and_long_running(&decoded);
+        let decision = route::decide_key(&table, &key);
         // Kube applies no request timeout to these: neither does Envoy.
-        if requestinfo::long_running(&key, &decoded)
+        if long_running
             && let Err(e) = host.set_request_header(UPSTREAM_TIMEOUT, "0")
         {
             host.log(LogLevel::Warn, &format!("mvp router: lifting the request timeout of a long-running request: {e}"));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mvp_contract::envoy::LISTED_PROPERTY;
-use mvp_contract::headers::{MAX_RETRIES, PEER_PROXIED, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
+use mvp_contract::headers::{MAX_RETRIES, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use mvp_contract::shared_data::TABLE_KEY;
 use mvp_filter_core::host::{Counter, Gauge, Host, HostError, LogLevel};
@@ -127,7 +127,8 @@ impl<'a> NativeHost<'a> {
 /// route's own ([`UNPINNED_RETRIES`]) is (listed − 1) already.
 fn retries_header(hosts: &str) -> Option<&'static str> {
     const COUNTS: [&str; MAX_LISTED_APISERVERS] = ["0", "1", "2", "3", "4", "5", "6", "7"];
-    let retries = hosts.split(',').count().saturating_sub(1).min(MAX_LISTED_APISERVERS - 1);
+    // Listed − 1 is the number of commas.
+    let retries = hosts.bytes().filter(|b| *b == b',').count().min(MAX_LISTED_APISERVERS - 1);
     (retries != UNPINNED_RETRIES).then(|| COUNTS.get(retries).copied()).flatten()
 }
 
@@ -162,8 +163,7 @@ impl Host for NativeHost<'_> {
     /// wasm build's pinned routes count them: the route's count
     /// ([`UNPINNED_RETRIES`]) unless the list is another length, then
     /// [`MAX_RETRIES`] — so a read whose last server answered kube's 429
-    /// gets that 429, not a retry that finds no host left.
-    /// x-kubernetes-peer-proxied is added as those routes add it. The
+    /// gets that 429, not a retry that finds no host left. The
     /// unavailable answers are the route table's direct responses: matched
     /// again (rare, and the price of one answer, not of routing) — or kept
     /// back while the request may be held (`Ok(false)`).
@@ -180,7 +180,7 @@ impl Host for NativeHost<'_> {
             return self.set_request_header(header, answer).map(|()| true);
         }
         let Target::Request { filter, log_listed, .. } = self.target else { return Err(HostError(NOT_HERE)) };
-        let first = hosts.split(',').next().unwrap_or(hosts);
+        let first = hosts.split_once(',').map_or(hosts, |(first, _)| first);
         let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_upstream_override_host(filter, ModuleBuffer::of(first.as_bytes()), false) };
         if !ok {
             return Err(HostError(OVERRIDE_HOST));
@@ -191,7 +191,7 @@ impl Host for NativeHost<'_> {
         if let Some(retries) = retries_header(hosts) {
             self.append_header(MAX_RETRIES, retries)?;
         }
-        self.append_header(PEER_PROXIED, "true").map(|()| true)
+        Ok(true)
     }
 
     /// Filter state under the key proxy-wasm gives a property (`wasm.` and

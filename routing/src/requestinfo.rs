@@ -179,23 +179,41 @@ impl Method {
 
 /// The routing key of a request: the segment walk only.
 pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
+    route_key_and_long_running(path).0
+}
+
+/// [`route_key`] and [`long_running`] from one segment walk: what the
+/// filter asks of every request. The query is read only for a collection
+/// (a name-less resource path) whose query mentions `watch`.
+pub fn route_key_and_long_running<'a>(path: &'a DecodedPath<'_>) -> (RouteKey<'a>, bool) {
     if let Some(rest) = path.path().strip_prefix(b"/openapi/v3")
         && (rest.is_empty() || rest.starts_with(b"/"))
     {
         // kube-openapi's handler3 takes everything after `/openapi/v3/` as
         // the key (`strings.SplitAfterN(path, "/", 4)[3]`).
-        return RouteKey::OpenApiV3 { key: rest.strip_prefix(b"/").unwrap_or(rest) };
+        return (RouteKey::OpenApiV3 { key: rest.strip_prefix(b"/").unwrap_or(rest) }, false);
     }
     match walk(path.path()) {
-        Walked::Resource(w) => RouteKey::Resource {
-            group: w.group,
-            version: w.version,
-            resource: w.resource,
-            subresource: w.subresource,
-        },
-        Walked::Discovery { group, version } => RouteKey::Discovery { group, version },
-        Walked::NonResource | Walked::Invalid => RouteKey::None,
+        Walked::Resource(w) => {
+            let long_running = long_running_subresource(w.subresource)
+                || matches!(w.prefix_verb, Some(Verb::Watch | Verb::Proxy))
+                || (w.name.is_empty() && watch_query(path.query()));
+            (RouteKey::Resource { group: w.group, version: w.version, resource: w.resource, subresource: w.subresource }, long_running)
+        }
+        Walked::Discovery { group, version } => (RouteKey::Discovery { group, version }, false),
+        Walked::NonResource | Walked::Invalid => (RouteKey::None, false),
     }
+}
+
+/// The subresources kube counts as long-running whatever the verb.
+fn long_running_subresource(subresource: &[u8]) -> bool {
+    matches!(subresource, b"attach" | b"exec" | b"proxy" | b"log" | b"portforward")
+}
+
+/// Whether a collection request's query sets `watch` (parsed only when the
+/// bytes mention it).
+fn watch_query(q: &[u8]) -> bool {
+    q.windows(5).any(|w| w == b"watch") && ListOptions::parse(q).watch
 }
 
 /// Whether kube-apiserver counts the request as long-running — its
@@ -204,23 +222,10 @@ pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
 /// request timeout applies to it. `key` is [`route_key`]'s for `path`.
 /// Read without the method: a collection path with `watch` set is a watch
 /// only for GET in kube; another method with it is exempt here from the
-/// front door's timeout, and nothing else. Most requests are decided by the
-/// key and a byte scan; only a path or query that mentions a watch or a
-/// proxy is walked again.
+/// front door's timeout, and nothing else. [`route_key_and_long_running`]
+/// answers both from one walk; this is for a caller that has the key.
 pub fn long_running(key: &RouteKey<'_>, path: &DecodedPath<'_>) -> bool {
-    let RouteKey::Resource { subresource, .. } = key else { return false };
-    if matches!(*subresource, b"attach" | b"exec" | b"proxy" | b"log" | b"portforward") {
-        return true;
-    }
-    let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-    let (p, q) = (path.path(), path.query());
-    if !contains(p, b"/watch/") && !contains(p, b"/proxy/") && !contains(q, b"watch") {
-        return false;
-    }
-    match walk(p) {
-        Walked::Resource(w) => matches!(w.prefix_verb, Some(Verb::Watch | Verb::Proxy)) || (w.name.is_empty() && ListOptions::parse(q).watch),
-        _ => false,
-    }
+    matches!(key, RouteKey::Resource { .. }) && route_key_and_long_running(path).1
 }
 
 /// Full RequestInfo for `method` on `path`.

@@ -267,3 +267,27 @@ fn long_running_requests_are_kubes() {
         assert_eq!(long_running(&route_key(&path), &path), want, "{raw}");
     }
 }
+
+/// kube's long-running check read off the full RequestInfo of a GET: the
+/// verbs watch and proxy, or one of the long-running subresources.
+fn kube_long_running(t: &DecodedPath<'_>) -> bool {
+    match t.classify(Method::Get) {
+        RequestInfo::Resource(r) => {
+            matches!(r.verb, Verb::Watch | Verb::Proxy) || matches!(r.subresource, b"attach" | b"exec" | b"proxy" | b"log" | b"portforward")
+        }
+        _ => false,
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+    /// The one walk the filter makes per request gives the key and the
+    /// long-running answer the full classification gives.
+    #[test]
+    fn one_walk_gives_the_key_and_kubes_long_running(raw in "(/(api|apis|v1|apps|namespaces|ns|watch|proxy|status|log|exec|pods|p|%2F|)){0,10}(\\?(watch=1|watch=false|w=watch|fieldSelector=metadata.name=x|watch=true&limit=1))?") {
+        let t = DecodedPath::parse(raw.as_bytes());
+        let (key, long_running) = route_key_and_long_running(&t);
+        proptest::prop_assert_eq!(key, route_key(&t));
+        proptest::prop_assert_eq!(long_running, kube_long_running(&t), "{}", raw);
+    }
+}

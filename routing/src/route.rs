@@ -56,8 +56,15 @@ impl<'t> Decision<'t> {
 /// subresource RequestInfo derives, so routing reads only the path.
 pub fn route<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>) -> (RouteKey<'p>, Decision<'t>) {
     let key = route_key(path);
+    (key, decide_key(table, &key))
+}
+
+/// The decision for a request whose key is known already
+/// ([`crate::requestinfo::route_key_and_long_running`]).
+pub fn decide_key<'t>(table: &'t RouteTable, key: &RouteKey<'_>) -> Decision<'t> {
+    let key = *key;
     let retry_after = matches!(key, RouteKey::Resource { .. });
-    let decision = match table.servers(&key) {
+    match table.servers(&key) {
         _ if key == RouteKey::None => Decision::NotRouted,
         None | Some(0) if table.pending() => Decision::Unavailable { set: 0, retry_after },
         None | Some(0) => Decision::ServedByNone,
@@ -67,8 +74,7 @@ pub fn route<'t, 'p>(table: &'t RouteTable, path: &'p DecodedPath<'_>) -> (Route
             Some(upstreams) if upstreams.last_resort() => Decision::LastResort { set, upstreams },
             Some(upstreams) => Decision::Pinned { set, upstreams },
         },
-    };
-    (key, decision)
+    }
 }
 
 /// The route header's value for a request (see [`Decision::hosts`]).

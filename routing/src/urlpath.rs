@@ -17,11 +17,23 @@ impl<'a> DecodedPath<'a> {
     /// An invalid escape is kept literally (Go would reject the request
     /// line; the apiserver answers it, not us).
     pub fn parse(raw: &'a [u8]) -> DecodedPath<'a> {
-        let (path, query) = match raw.iter().position(|b| *b == b'?') {
-            Some(i) => (raw.get(..i).unwrap_or(raw), raw.get(i + 1..).unwrap_or(b"")),
-            None => (raw, &b""[..]),
-        };
-        DecodedPath { path: percent_decode(path), query }
+        // One pass for the query's start and whether the path has an
+        // escape to decode (every request comes here).
+        let mut end = raw.len();
+        let mut escaped = false;
+        for (i, b) in raw.iter().enumerate() {
+            match b {
+                b'?' => {
+                    end = i;
+                    break;
+                }
+                b'%' => escaped = true,
+                _ => {}
+            }
+        }
+        let path = raw.get(..end).unwrap_or(raw);
+        let query = raw.get(end + 1..).unwrap_or(b"");
+        DecodedPath { path: if escaped { percent_decode(path) } else { Cow::Borrowed(path) }, query }
     }
 
     pub fn path(&self) -> &[u8] {

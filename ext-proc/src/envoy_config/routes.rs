@@ -3,7 +3,7 @@
 //! apiservers the filter pinned a request to, and the default route.
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, EXT_PROC_FILTER, http1_twin};
-use mvp_contract::headers::{DISCOVERY_RESULT, PEER_PROXIED, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT, UPSTREAM_TIMEOUT};
+use mvp_contract::headers::{DISCOVERY_RESULT, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT, UPSTREAM_TIMEOUT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
 
@@ -206,20 +206,13 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
     // Requests the wasm filter pinned (it sets only the route header;
     // setting it clears the route cache, so Envoy matches again): one route
     // per number of listed apiservers k, retrying at most k-1 times so a
-    // failover never leaves the capable set, and marking the request
-    // peer-proxied so an apiserver with its own peer proxy does not proxy
-    // it again.
+    // failover never leaves the capable set. No `x-kubernetes-peer-proxied`
+    // (`mvp_contract::headers::PEER_PROXIED`: it would turn a stale pin into
+    // the server's 404 instead of its own peer proxy's second chance).
     for k in (1..=MAX_LISTED_APISERVERS).filter(|_| per_list) {
         let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
         for (headers, cluster, retry, idle) in variants(vec![hosts]) {
-            routes.push(json!({
-                "match": {"prefix": "/", "headers": with_identity(headers)},
-                "route": to_apiservers(cluster, k - 1, retry, t, idle),
-                "request_headers_to_add": [{
-                    "header": {"key": PEER_PROXIED, "value": "true"},
-                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                }],
-                    }));
+            routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, k - 1, retry, t, idle)}));
         }
     }
     for (headers, cluster, retry, idle) in variants(vec![]) {
@@ -260,7 +253,7 @@ mod tests {
         assert_eq!(r[u + m]["route"]["retry_policy"]["num_retries"], 0);
         assert_eq!(r[u + m + 4]["route"]["retry_policy"]["num_retries"], 1);
         assert_eq!(r[u + m + 5]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[u + m + 5]["request_headers_to_add"][0]["header"]["key"], PEER_PROXIED);
+        assert!(r.iter().all(|r| r.get("request_headers_to_add").is_none()), "no route adds x-kubernetes-peer-proxied");
         let policy = |i: usize| r[u + m + i]["route"]["retry_policy"]["retry_on"].as_str().unwrap().to_string();
         assert_eq!(r[u + m + 5]["match"]["headers"][1]["name"], ":method");
         assert!(policy(5).contains(",reset,") && policy(5).contains("retriable-status-codes"), "reads retry a reset and a 429");

@@ -57,6 +57,13 @@ impl ApiSet {
         self.entries.iter().find(|e| e.mask == 0b011).unwrap_or(&self.entries[0])
     }
 
+    /// A namespaced get of a resource every apiserver serves: balanced, not
+    /// pinned.
+    pub fn unpinned_path(&self) -> String {
+        let e = self.entries.iter().find(|e| e.mask == ALL).unwrap_or(&self.entries[0]);
+        format!("/apis/{}/{}/namespaces/default/{}/obj1", e.group, e.version, e.resource)
+    }
+
     pub fn routed_path(&self) -> String {
         let e = self.routed();
         format!("/apis/{}/{}/namespaces/default/{}/obj1", e.group, e.version, e.resource)

@@ -41,6 +41,11 @@ pub struct Plan {
     pub requests: u64,
     pub phases: usize,
     pub idle: Duration,
+    /// Only these doors (by number; empty: every door), while iterating.
+    pub doors: Vec<u32>,
+    /// Where each door's callgrind output is kept for `callgrind_annotate`
+    /// (None: the run's temporary directory, removed at its end).
+    pub keep: Option<PathBuf>,
 }
 
 /// One door's count.
@@ -132,7 +137,7 @@ pub async fn count_doors(dir: &Path, backends: &[(Backend, ApiSet, usize)], plan
             (false, false) => Variant::counted(),
             (false, true) => vec![Variant::Wasm, Variant::RoutingFloor],
         };
-        for variant in list {
+        for variant in list.into_iter().filter(|v| plan.doors.is_empty() || plan.doors.contains(&v.number(*gvrs))) {
             let key = format!("({}) {} {gvrs}", variant.number(*gvrs), variant.name());
             eprintln!("counting instructions: {key} under callgrind (load average {})", load::load_average());
             let counted = count(dir, backend, (table, *gvrs), variant, plan).await.with_context(|| key.clone())?;
@@ -145,7 +150,9 @@ pub async fn count_doors(dir: &Path, backends: &[(Backend, ApiSet, usize)], plan
 /// Counts `variant`'s Envoy in front of `backend`.
 async fn count(dir: &Path, backend: &Backend, (table, gvrs): (&ApiSet, usize), variant: Variant, plan: &Plan) -> Result<Counted> {
     let name = format!("{}-{gvrs}", variant.name());
-    let out = dir.join(format!("callgrind-{name}"));
+    let out = plan.keep.as_deref().unwrap_or(dir).join(format!("callgrind-{name}"));
+    // A kept directory holds this run's dumps only.
+    let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     let (listen, admin) = two_ports();
     let config = variant.config(backend.render(listen, admin, variant.filter_build())?, table, &|n| backend.address(n), backend.router_port)?;
@@ -153,8 +160,11 @@ async fn count(dir: &Path, backend: &Backend, (table, gvrs): (&ApiSet, usize), v
     let envoy = backend
         .envoy_under(&format!("callgrind-{name}"), &config, (listen, admin), 1, variant.loads_table(), Some((&wrapper, Duration::from_secs(300))))
         .await?;
-    let url = format!("http://127.0.0.1:{listen}{}", table.routed_path());
-    let capable = table.routed_servers();
+    let (path, capable) = match variant.unpinned() {
+        true => (table.unpinned_path(), table.servers.clone()),
+        false => (table.routed_path(), table.routed_servers()),
+    };
+    let url = format!("http://127.0.0.1:{listen}{path}");
     check_routing(&backend.http, &url, variant, &capable).await?;
     let pid = envoy.pid();
     control(pid, "--instr=on")?;

@@ -69,6 +69,9 @@ pub fn finish(r: &mut Results) {
     target("(2) CPU per request < (4)'s", "cpu per request (2)/(4) wasm/lua", Some("cpu (2)/(4)"), &|m| m < 1.0);
     target("(9)/(1) native throughput ≥ 0.97", "", Some("(9)/(1) native"), &|m| m >= 0.97);
     target("(9)/(11) native over no filter with the same routes ≥ 0.97", "", Some("(9)/(11) native over no filter with its routes"), &|m| m >= 0.97);
+    target("(10)/(11) native, 5,000 GVRs, over no filter with the same routes ≥ 0.97", "", Some("(10)/(11) native 5000 over no filter with its routes"), &|m| m >= 0.97);
+    target("(12)/(11) native, not pinned, over no filter with the same routes ≥ 0.97", "", Some("(12)/(11) native unpinned over no filter with its routes"), &|m| m >= 0.97);
+    target("(13)/(11) native, not pinned, 5,000 GVRs, over no filter with the same routes ≥ 0.97", "", Some("(13)/(11) native unpinned 5000 over no filter with its routes"), &|m| m >= 0.97);
     target("(10)/(9) native throughput ≥ 0.98", "", Some("(10)/(9) native 5000/native 50"), &|m| m >= 0.98);
     target("(9) ≥ 1.15 × (4) throughput", "", Some("(9)/(4) native/lua"), &|m| m >= 1.15);
     target("(2) ≥ 1.5× (5) throughput", "throughput (2)/(5) wasm/ext-proc", None, &|m| m >= 1.5);
@@ -178,6 +181,9 @@ fn counted_ratios(r: &Results) -> BTreeMap<String, f64> {
     put("(9)/(4) native/lua", ir(4), ir(9));
     put("(9)/(2) native/wasm", ir(2), ir(9));
     put("(9)/(11) native over no filter with its routes", ir(11), ir(9));
+    put("(12)/(11) native unpinned over no filter with its routes", ir(11), ir(12));
+    put("(13)/(11) native unpinned 5000 over no filter with its routes", ir(11), ir(13));
+    put("(10)/(11) native 5000 over no filter with its routes", ir(11), ir(10));
     put("(11)/(1) no filter: native routes over wasm routes", ir(1), ir(11));
     out
 }

@@ -65,7 +65,7 @@ impl Settings {
             front_door: true,
             variants: true,
             discovery: true,
-            count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5) }),
+            count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5), doors: vec![], keep: None }),
         }
     }
 
@@ -88,7 +88,7 @@ impl Settings {
             front_door: true,
             variants: true,
             discovery: true,
-            count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1) }),
+            count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1), doors: vec![], keep: None }),
         }
     }
 }

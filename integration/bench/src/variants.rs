@@ -38,6 +38,11 @@ pub enum Variant {
     /// module — the plain door with the same route walk as (9). Counted
     /// only.
     NoFilterNativeRoutes,
+    /// (12)/(13) the native door (9)/(10) asked for a resource every
+    /// apiserver serves: not pinned, balanced (the steady state between
+    /// upgrades). Its plain door is (11): no filter routes by path. Counted
+    /// only.
+    NativeUnpinned,
 }
 
 impl Variant {
@@ -57,12 +62,13 @@ impl Variant {
             Variant::LuaRoutingFloor,
             Variant::Native,
             Variant::NoFilterNativeRoutes,
+            Variant::NativeUnpinned,
         ]
     }
 
     /// The doors counted on the 5,000-GVR table: both builds of the filter.
     pub fn counted_large_table() -> Vec<Variant> {
-        vec![Variant::Wasm, Variant::Native]
+        vec![Variant::Wasm, Variant::Native, Variant::NativeUnpinned]
     }
 
     pub fn large_table() -> Vec<Variant> {
@@ -80,6 +86,7 @@ impl Variant {
             Variant::LuaRoutingFloor => "lua-routing-floor",
             Variant::Native => "native",
             Variant::NoFilterNativeRoutes => "no-filter-native-routes",
+            Variant::NativeUnpinned => "native-unpinned",
         }
     }
 
@@ -94,6 +101,7 @@ impl Variant {
             Variant::LuaRoutingFloor => "Envoy + a Lua filter that reads :path and writes a fixed route header (Lua routing floor)",
             Variant::Native => "Envoy + mvp filter as a native dynamic module",
             Variant::NoFilterNativeRoutes => "Envoy, no filter, with the native build's routes",
+            Variant::NativeUnpinned => "Envoy + mvp filter as a native dynamic module, a resource every apiserver serves (not pinned)",
         }
     }
 
@@ -112,19 +120,21 @@ impl Variant {
             (Variant::Native, false) => 9,
             (Variant::Native, true) => 10,
             (Variant::NoFilterNativeRoutes, _) => 11,
+            (Variant::NativeUnpinned, false) => 12,
+            (Variant::NativeUnpinned, true) => 13,
         }
     }
 
     /// Whether the door loads the routing table (its Envoy is ready once
     /// the refresher announced one).
     pub fn loads_table(&self) -> bool {
-        matches!(self, Variant::Wasm | Variant::Native)
+        matches!(self, Variant::Wasm | Variant::Native | Variant::NativeUnpinned)
     }
 
     /// The filter build its bootstrap is rendered with.
     pub fn filter_build(&self) -> integration::harness::FilterBuild {
         match self {
-            Variant::Native | Variant::NoFilterNativeRoutes => integration::harness::FilterBuild::Native,
+            Variant::Native | Variant::NoFilterNativeRoutes | Variant::NativeUnpinned => integration::harness::FilterBuild::Native,
             _ => integration::harness::FilterBuild::Wasm,
         }
     }
@@ -140,7 +150,13 @@ impl Variant {
     /// Whether it routes by the route header (the native build pins by
     /// upstream override host: no header reaches the upstream).
     pub fn routes_by_header(&self) -> bool {
-        self.routes() && *self != Variant::Native
+        self.routes() && !matches!(self, Variant::Native | Variant::NativeUnpinned)
+    }
+
+    /// Whether its requests name a resource every apiserver serves (else one
+    /// only some serve: pinned).
+    pub fn unpinned(&self) -> bool {
+        *self == Variant::NativeUnpinned
     }
 
     /// `router_port`: where the `ext-proc-router` of variant (5) listens.
@@ -166,7 +182,7 @@ impl Variant {
                     m.remove(mvp_contract::envoy::NODE_NATIVE_MODULE);
                 }
             }
-            Variant::Wasm | Variant::Native => remove_ext_proc(hcm),
+            Variant::Wasm | Variant::Native | Variant::NativeUnpinned => remove_ext_proc(hcm),
             Variant::WasmFloor => {
                 remove_ext_proc(hcm);
                 let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;

@@ -1,4 +1,4 @@
-//! `bench [--smoke] [--only PART] [--out FILE]`: benchmarks the front door's variants side
+//! `bench [--smoke] [--only PART] [--doors N,..] [--callgrind-dir DIR] [--out FILE]`: benchmarks the front door's variants side
 //! by side in one run (see BENCHMARKS.md). Run it through scripts/bench.sh,
 //! which builds release binaries and installs the load generators.
 
@@ -23,6 +23,14 @@ struct Args {
     /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
     #[arg(long)]
     crd_heavy_requests: Option<usize>,
+    /// With `--only instructions`: count only these doors (BENCHMARKS.md's
+    /// numbers, comma-separated), while iterating on one.
+    #[arg(long, value_delimiter = ',')]
+    doors: Vec<u32>,
+    /// Keep each counted door's callgrind output in this directory (for
+    /// `callgrind_annotate`).
+    #[arg(long)]
+    callgrind_dir: Option<PathBuf>,
     /// Machine-readable results.
     #[arg(long, default_value = "bench/results.json")]
     out: PathBuf,
@@ -41,6 +49,10 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.crd_heavy_requests {
         settings.crd_heavy_requests = n;
+    }
+    if let Some(plan) = settings.count.as_mut() {
+        plan.doors = args.doors.clone();
+        plan.keep = args.callgrind_dir.clone();
     }
     let results = run(settings).await?;
     let table = render_table(&results);
