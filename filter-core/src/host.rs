@@ -91,6 +91,12 @@ pub enum LogLevel {
 
 pub trait Host {
     fn request_header(&self, name: &str) -> Result<Option<Vec<u8>>, HostError>;
+    /// The request's `:path`: borrowed where the host can lend its own
+    /// bytes for the call (the native build: Envoy's header map), else a
+    /// copy. Read once per request.
+    fn request_path(&self) -> Result<Option<std::borrow::Cow<'_, [u8]>>, HostError> {
+        Ok(self.request_header(":path")?.map(std::borrow::Cow::Owned))
+    }
     /// Replaces every value of `name`.
     fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
     fn add_request_header(&self, name: &str, value: &str) -> Result<(), HostError>;
@@ -107,6 +113,12 @@ pub trait Host {
     /// counted, when it goes on).
     fn pin(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
         self.set_request_header(header, hosts).map(|()| true)
+    }
+    /// Pins a request only closed apiservers still draining serve (the
+    /// table's last resort): as [`Host::pin`], for a host whose balancer
+    /// would not pick an unhealthy server (the native build's).
+    fn pin_last_resort(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.pin(header, hosts)
     }
     /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
     /// by the access log).

@@ -235,7 +235,11 @@ impl Router {
             return;
         };
         self.counter.set(n.wrapping_add(1));
-        match host.pin(&self.config.route_header, hosts) {
+        let pinned = match decision {
+            Decision::LastResort { .. } => host.pin_last_resort(&self.config.route_header, hosts),
+            _ => host.pin(&self.config.route_header, hosts),
+        };
+        match pinned {
             Ok(true) => self.unflushed.set(self.unflushed.get() + 1),
             Ok(false) => {}
             Err(e) => host.log(LogLevel::Warn, &format!("mvp router: setting the route header: {e}")),
@@ -273,8 +277,8 @@ impl Router {
     }
 }
 
-fn request_path<H: Host>(host: &H) -> Option<Vec<u8>> {
-    match host.request_header(":path") {
+fn request_path<H: Host>(host: &H) -> Option<std::borrow::Cow<'_, [u8]>> {
+    match host.request_path() {
         Ok(p) => p,
         Err(e) => {
             host.log(LogLevel::Warn, &format!("mvp router: reading :path: {e}"));

@@ -116,6 +116,9 @@ unsafe extern "C" {
     // (Envoy accepts only an IP address and port); retries ask the load
     // balancer, which sees it no more.
     pub fn envoy_dynamic_module_callback_http_set_upstream_override_host(filter: EnvoyPtr, host: ModuleBuffer, strict: bool) -> bool;
+    // The route's cluster's host counts at a priority (its thread-local
+    // copy: what this worker's balancer sees).
+    pub fn envoy_dynamic_module_callback_http_get_cluster_host_count(filter: EnvoyPtr, priority: u32, total: *mut usize, healthy: *mut usize, degraded: *mut usize) -> bool;
     pub fn envoy_dynamic_module_callback_http_set_filter_state_bytes(filter: EnvoyPtr, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(filter: EnvoyPtr, attribute: u32, result: *mut EnvoyBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_increment_counter(filter: EnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_length: usize, value: u64) -> u32;

@@ -17,7 +17,7 @@ use mvp_filter_core::router::{Action, Router};
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
 use crate::host::{CounterIds, NativeHost, Target};
-use crate::hold;
+use crate::{handover, hold};
 
 /// One HTTP filter configuration (main thread creates and drops it;
 /// workers read it).
@@ -86,6 +86,8 @@ impl FilterConfig {
     /// [`NativeHost`]'s `pin`). A request only closed apiservers serve is
     /// held when the configuration allows ([`hold`]).
     pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
+        // Nothing handed to the balancer survives a pass (`handover.rs`).
+        handover::disarm();
         // Requests this worker holds past any wake are woken here too (a
         // thread-local check per request; the clock only when some are).
         if hold::any_parked() {
@@ -106,6 +108,7 @@ impl FilterConfig {
 
     /// A held request's wake: route it again by the newest table.
     pub fn on_wake(&self, filter: EnvoyPtr) {
+        handover::disarm();
         let Some(held) = hold::unpark(filter) else { return };
         // Unparked: from here the request goes on, is parked again, or is
         // answered — also if routing it panics (the hook's guard catches

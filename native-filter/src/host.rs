@@ -14,7 +14,7 @@ use mvp_filter_core::host::{Counter, Gauge, Host, HostError, LogLevel};
 use mvp_filter_core::table::RouteTable;
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, EnvoyPtr, ModuleBuffer};
-use crate::process;
+use crate::{handover, process};
 
 /// Why a host call failed: what the ABI answered has no status, only
 /// "false", so each failure is numbered by where it happened.
@@ -123,6 +123,38 @@ impl<'a> NativeHost<'a> {
     }
 }
 
+impl NativeHost<'_> {
+    /// Whether every member of the route's cluster passes Envoy's health
+    /// checks (priority 0; the clusters have no other), so the balancer can
+    /// take any listed apiserver.
+    fn cluster_all_healthy(&self) -> Result<bool, HostError> {
+        let filter = self.request()?;
+        let (mut total, mut healthy, mut degraded) = (0usize, 0usize, 0usize);
+        let found = unsafe { abi::envoy_dynamic_module_callback_http_get_cluster_host_count(filter, 0, &mut total, &mut healthy, &mut degraded) };
+        Ok(found && total > 0 && healthy == total)
+    }
+
+    /// The rest of a pin: the override host unless the list was handed
+    /// over, the listed apiservers for the access log, the retry count.
+    fn pin_to(&self, hosts: &str, override_host: bool) -> Result<bool, HostError> {
+        let Target::Request { filter, log_listed, .. } = self.target else { return Err(HostError(NOT_HERE)) };
+        if override_host {
+            let first = hosts.split_once(',').map_or(hosts, |(first, _)| first);
+            let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_upstream_override_host(filter, ModuleBuffer::of(first.as_bytes()), false) };
+            if !ok {
+                return Err(HostError(OVERRIDE_HOST));
+            }
+        }
+        if log_listed {
+            self.set_property(LISTED_PROPERTY, hosts.as_bytes())?;
+        }
+        if let Some(retries) = retries_header(hosts) {
+            self.append_header(MAX_RETRIES, retries)?;
+        }
+        Ok(true)
+    }
+}
+
 /// The retry count a pinned request of `hosts` must carry: `None` when the
 /// route's own ([`UNPINNED_RETRIES`]) is (listed − 1) already.
 fn retries_header(hosts: &str) -> Option<&'static str> {
@@ -140,6 +172,16 @@ impl Host for NativeHost<'_> {
         Ok(if found { unsafe { out.bytes() }.map(<[u8]>::to_vec) } else { None })
     }
 
+    /// Envoy's own bytes, valid for the hook this host lives in: the filter
+    /// writes other headers meanwhile, never `:path`, and a header map
+    /// keeps an entry's value where it is when others are added.
+    fn request_path(&self) -> Result<Option<std::borrow::Cow<'_, [u8]>>, HostError> {
+        let filter = self.request()?;
+        let mut out = EnvoyBuffer::EMPTY;
+        let found = unsafe { abi::envoy_dynamic_module_callback_http_get_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(b":path"), &mut out, 0, std::ptr::null_mut()) };
+        Ok(if found { unsafe { out.bytes() }.map(std::borrow::Cow::Borrowed) } else { None })
+    }
+
     fn set_request_header(&self, name: &str, value: &str) -> Result<(), HostError> {
         self.rematch.set(true);
         self.write_header(name, value)
@@ -154,19 +196,21 @@ impl Host for NativeHost<'_> {
 
     /// Pins without a route header and without matching the route again —
     /// the route header, its parsing by the override-host policy and the
-    /// route match are most of what routing by a header costs Envoy. The
-    /// first listed apiserver becomes the request's upstream override host
-    /// (the router's first attempt goes there); a retry asks the clusters'
-    /// load balancer, which is this module's (`lb.rs`): it walks the same
-    /// list, routed again from the path by the process's table, skipping
-    /// the apiservers already tried. The retries are (listed − 1), as the
-    /// wasm build's pinned routes count them: the route's count
-    /// ([`UNPINNED_RETRIES`]) unless the list is another length, then
-    /// [`MAX_RETRIES`] — so a read whose last server answered kube's 429
-    /// gets that 429, not a retry that finds no host left. The
-    /// unavailable answers are the route table's direct responses: matched
-    /// again (rare, and the price of one answer, not of routing) — or kept
-    /// back while the request may be held (`Ok(false)`).
+    /// route match are most of what routing by a header costs Envoy. While
+    /// every member of the route's cluster is healthy to Envoy, the list is
+    /// handed to the clusters' balancer on this worker (`handover.rs`,
+    /// `lb.rs`): the router's first attempt goes to the first listed
+    /// apiserver; otherwise the first listed becomes the request's upstream
+    /// override host, which Envoy follows whatever its health. A retry asks
+    /// the balancer, which walks the same list, routed again from the path
+    /// by the process's table, skipping the apiservers already tried. The
+    /// retries are (listed − 1), as the wasm build's pinned routes count
+    /// them: the route's count ([`UNPINNED_RETRIES`]) unless the list is
+    /// another length, then [`MAX_RETRIES`] — so a read whose last server
+    /// answered kube's 429 gets that 429, not a retry that finds no host
+    /// left. The unavailable answers are the route table's direct
+    /// responses: matched again (rare, and the price of one answer, not of
+    /// routing) — or kept back while the request may be held (`Ok(false)`).
     fn pin(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
         if hosts == UNAVAILABLE || hosts == UNAVAILABLE_DOCUMENT {
             let answer = if hosts == UNAVAILABLE { UNAVAILABLE } else { UNAVAILABLE_DOCUMENT };
@@ -179,19 +223,14 @@ impl Host for NativeHost<'_> {
             }
             return self.set_request_header(header, answer).map(|()| true);
         }
-        let Target::Request { filter, log_listed, .. } = self.target else { return Err(HostError(NOT_HERE)) };
-        let first = hosts.split_once(',').map_or(hosts, |(first, _)| first);
-        let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_upstream_override_host(filter, ModuleBuffer::of(first.as_bytes()), false) };
-        if !ok {
-            return Err(HostError(OVERRIDE_HOST));
-        }
-        if log_listed {
-            self.set_property(LISTED_PROPERTY, hosts.as_bytes())?;
-        }
-        if let Some(retries) = retries_header(hosts) {
-            self.append_header(MAX_RETRIES, retries)?;
-        }
-        Ok(true)
+        let handed_over = self.cluster_all_healthy()? && handover::arm(hosts);
+        self.pin_to(hosts, !handed_over)
+    }
+
+    /// Only closed apiservers that are still draining serve it: unhealthy
+    /// to Envoy, which the balancer cannot pick — the override host.
+    fn pin_last_resort(&self, _header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.pin_to(hosts, true)
     }
 
     /// Filter state under the key proxy-wasm gives a property (`wasm.` and

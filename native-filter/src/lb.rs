@@ -2,7 +2,10 @@
 //! dynamic-module load-balancing policy, served over CDS to an Envoy whose
 //! node metadata names this module: `mvp_contract::envoy::NODE_NATIVE_MODULE`).
 //!
-//! The filter pins a request by making the first listed apiserver its
+//! The filter pins a request by handing its list to this balancer on the
+//! same worker (`handover.rs`: the first attempt goes to the first listed
+//! healthy member), or — while some member is unhealthy to Envoy, or for
+//! the table's last resort — by making the first listed apiserver its
 //! upstream override host ([`crate::host`]'s `pin`); Envoy's router sends
 //! the first attempt there, whatever the health checks say (the clusters
 //! accept every health status for an override host, as the wasm build's
@@ -19,7 +22,7 @@
 //! or not an API path) is balanced round robin over healthy members, its
 //! retries over members not tried yet.
 //!
-//! A first attempt reads nothing but the override host: the router counts
+//! A first attempt reads nothing but the hand-over or the override host: the router counts
 //! host selection tries as 1 on a first attempt and as the route's
 //! `host_selection_retry_max_attempts` (more than 1:
 //! `ext-proc/src/envoy_config/routes.rs`) on a retry, so only a retry pays
@@ -31,7 +34,7 @@ use mvp_filter_core::route;
 use mvp_filter_core::urlpath::DecodedPath;
 
 use crate::abi::{self, EnvoyBuffer, EnvoyPtr, ModuleBuffer};
-use crate::process;
+use crate::{handover, process};
 
 /// One worker's balancer for one cluster.
 pub struct Lb {
@@ -55,7 +58,7 @@ trait Candidates {
     fn host_tried(&self, j: usize) -> bool;
 
     fn healthy_index_of(&self, address: &[u8]) -> Option<usize> {
-        (0..self.healthy_count()).find(|i| self.healthy_address(*i) == Some(address))
+        (0..self.healthy_count()).find(|i| self.healthy_address(*i).is_some_and(|a| a == address))
     }
 
     /// Whether this request tried the healthy host at `i` already: asked
@@ -115,10 +118,22 @@ impl Lb {
         if context.is_null() {
             return Some(next % attempt.healthy);
         }
+        let first_attempt = unsafe { abi::envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context) } <= 1;
+        // The list the filter handed over for this request (`handover.rs`).
+        if first_attempt && let Some(choice) = handover::take(|hosts| first_listed(&attempt, hosts)) {
+            return choice;
+        }
         let overridden = override_host(context);
-        let retry = overridden.is_none() && unsafe { abi::envoy_dynamic_module_callback_lb_context_get_host_selection_retry_count(context) } > 1;
+        let retry = overridden.is_none() && !first_attempt;
         pick(&attempt, overridden, retry, || listed(context), next)
     }
+}
+
+/// A first attempt's host from the list the filter handed over: the first
+/// listed that is a healthy member (the filter hands a list over only while
+/// all are; `None` if that changed meanwhile and none listed is).
+fn first_listed(hosts: &impl Candidates, listed: &str) -> Option<usize> {
+    listed.split(',').find_map(|a| hosts.healthy_index_of(a.as_bytes()))
 }
 
 /// The choice ([`Lb::choose`]): the override host if it is a healthy

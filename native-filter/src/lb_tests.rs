@@ -123,3 +123,18 @@ fn only_a_retry_reads_the_list() {
     pick(&hosts, None, true, listed, 0);
     assert_eq!(read.get(), 1);
 }
+
+/// A first attempt with the list the filter handed over: the first listed
+/// healthy member, in the list's order; never one it did not list.
+#[test]
+fn a_handed_over_list_gives_the_first_listed_healthy_member() {
+    let abc: &[&str] = &[A, B, C];
+    let fake = |healthy: &[&'static str]| Fake { all: abc.to_vec(), healthy: healthy.to_vec(), tried: vec![] };
+    let at = |f: &Fake, i: Option<usize>| i.and_then(|i| f.healthy.get(i).copied());
+    let all = fake(abc);
+    assert_eq!(at(&all, first_listed(&all, "10.0.0.3:6443,10.0.0.1:6443")), Some(C));
+    let b_down = fake(&[A, C]);
+    assert_eq!(at(&b_down, first_listed(&b_down, "10.0.0.2:6443,10.0.0.3:6443")), Some(C), "health changed after the hand-over");
+    let only_a = fake(&[A]);
+    assert_eq!(at(&only_a, first_listed(&only_a, "10.0.0.2:6443,10.0.0.3:6443")), None, "never a server it did not list");
+}

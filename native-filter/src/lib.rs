@@ -9,6 +9,8 @@
 //! - [`refresher`]: the bootstrap extension on the main thread that long-
 //!   polls mvp-ext-proc's `GetTable` and publishes the table to
 //!   [`process`] memory, one copy for every worker.
+//! - [`lb`]: the apiserver clusters' balancer; [`handover`]: the pinned
+//!   list the filter hands it on the same worker.
 //! - [`host`]: the `Host` over the ABI; [`abi`]: the ABI, declared by hand;
 //!   [`exports`]: the hooks Envoy calls, none of which lets a panic out.
 //!
@@ -19,6 +21,7 @@
 mod abi;
 mod exports;
 mod filter;
+mod handover;
 mod hold;
 mod host;
 mod lb;

@@ -194,3 +194,27 @@ fn control_tls_on_every_ext_proc_cluster_and_never_over_a_pipe() {
     let pipe = EnvoyConfigOptions { ext_proc: vec!["unix:/run/mvp/grpc.sock".into()], control_tls: Some(tls), ..opts(&[]) };
     assert!(matches!(render(&pipe), Err(ConfigError::ControlTlsOverPipe)));
 }
+
+/// The native build hands a pinned request's list to the clusters'
+/// balancer on the same worker, which holds only while nothing after the
+/// routing filter pauses a request before the router picks its host
+/// (`native-filter/src/handover.rs`): every filter between them is an
+/// ext_proc filter that skips request headers and bodies.
+#[test]
+fn nothing_after_the_routing_filter_pauses_a_request_before_its_host_is_picked() {
+    for replicas in [1, 2] {
+        let mut o = EnvoyConfigOptions { filter: FilterBuild::Native("/m/libmvp_native_filter.so".into()), ..opts(&["a=http://127.0.0.1:1"]) };
+        o.ext_proc = ["127.0.0.1:18000", "mvp-ext-proc-b:18000"].iter().take(replicas).map(|s| s.to_string()).collect();
+        let v = render(&o).unwrap();
+        let filters = v["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"].as_array().unwrap().clone();
+        let names: Vec<&str> = filters.iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!((names.first(), names.last(), names.len()), (Some(&"mvp.route"), Some(&"envoy.filters.http.router"), replicas + 2), "{names:?}");
+        for f in &filters[1..filters.len() - 1] {
+            let tc = &f["typed_config"];
+            let ext_proc = if tc["extension_config"].is_object() { &tc["extension_config"]["typed_config"] } else { tc };
+            assert_eq!(ext_proc["@type"], "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor", "{}", f["name"]);
+            let mode = &ext_proc["processing_mode"];
+            assert_eq!((mode["request_header_mode"].as_str(), mode["request_body_mode"].as_str().unwrap_or("NONE")), (Some("SKIP"), "NONE"), "{}", f["name"]);
+        }
+    }
+}
