@@ -179,7 +179,10 @@ pub(super) async fn resource(
             .body(Body::from_stream(stream))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
     } else if p.name.is_empty() && method == "GET" {
-        json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": [], "servedBy": served}))
+        match query.split('&').find_map(|kv| kv.strip_prefix("items_bytes=")?.parse::<u64>().ok()) {
+            Some(bytes) => big_list(&api_version, kind, bytes, &served),
+            None => json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": [], "servedBy": served})),
+        }
     } else {
         json_response(StatusCode::OK, &json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": if p.name.is_empty() { "fake" } else { p.name }, "namespace": p.namespace}, "servedBy": served}))
     };
@@ -187,6 +190,29 @@ pub(super) async fn resource(
         resp.headers_mut().insert("x-fake-apiserver", v);
     }
     resp
+}
+
+/// A LIST of about `bytes` (at most 4 GiB) of ~1 KiB items, made as it is
+/// sent (`?items_bytes=N`: the scale tests' big LIST, issue 48): the fake
+/// holds one 64 KiB block, whatever the size, and sends only as fast as the
+/// connection takes it.
+fn big_list(api_version: &str, kind: &str, bytes: u64, served: &serde_json::Value) -> Response {
+    const ITEMS_PER_BLOCK: usize = 64;
+    let item = |i: usize| json!({"metadata": {"name": format!("item-{i:05}"), "namespace": "default", "resourceVersion": "1"}, "data": {"pad": "x".repeat(900)}}).to_string();
+    let head = format!(
+        "{{\"apiVersion\":{},\"kind\":\"{kind}List\",\"metadata\":{{\"resourceVersion\":\"1\"}},\"servedBy\":{served},\"items\":[{}",
+        serde_json::Value::from(api_version),
+        item(0)
+    );
+    let block: String = (1..=ITEMS_PER_BLOCK).map(|i| format!(",{}", item(i))).collect();
+    let (head, block) = (Bytes::from(head), Bytes::from(block));
+    let blocks = bytes.min(4 << 30).saturating_sub(head.len() as u64) / block.len() as u64;
+    let chunks = std::iter::once(head).chain(std::iter::repeat_n(block, usize::try_from(blocks).unwrap_or(0))).chain(std::iter::once(Bytes::from_static(b"]}")));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(futures::stream::iter(chunks.map(Ok::<_, std::io::Error>))))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 #[cfg(test)]
