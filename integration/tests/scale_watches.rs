@@ -123,3 +123,50 @@ async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
     assert!(mvp_cost.apiserver_connections <= 2 * fakes + more, "front door: {} apiserver connections for {watches} watches", mvp_cost.apiserver_connections);
     assert!(plain_cost.apiserver_connections <= fakes + more, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
 }
+
+/// A reconnect storm: an apiserver holding a third of the nodes' watches
+/// stops (SIGKILL: no GOAWAY, no shutdown), every stream it held ends, and
+/// each client watches again at once (client-go's reflector, without its
+/// backoff: the worst case). Every watch is back through the door within
+/// 10 s (issue 48), and no client got anything but a watch or the 503 Status.
+#[tokio::test]
+async fn watches_on_a_stopped_apiserver_come_back_within_seconds() {
+    use integration::harness::watches::{Rewatching, rewatch};
+    let (nodes, per_node) = (env_or("MVP_STORM_NODES", 30), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
+    let total = nodes * per_node;
+    let mut door = FrontDoor::start(&three_fakes(), Options::default()).await.unwrap();
+    let mut watching: Vec<Rewatching> = Vec::new();
+    for n in 0..nodes {
+        let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
+        for path in kubelet_watches(n, per_node, 600) {
+            watching.push(rewatch(&node, &door.url(&path), 1));
+        }
+    }
+    let live = |w: &[Rewatching]| w.iter().map(Rewatching::live).sum::<usize>();
+    let broken = |w: &[Rewatching]| w.iter().map(Rewatching::broken).sum::<usize>();
+    integration::harness::wait_for("every watch held", std::time::Duration::from_secs(60), || async { (live(&watching) == total).then_some(()) }).await.unwrap();
+    // Each watch is one resource request: the victim's count is what it holds.
+    let victim = "v133";
+    let held_there = door.fake(victim).stats(&door.http).await.and_then(|v| v["resourceRequests"].as_u64()).unwrap_or(0) as usize;
+    assert!(held_there > 0, "{victim} holds none of the {total} watches");
+    door.fake_mut(victim).proc.kill();
+    let stopped = Instant::now();
+    integration::harness::wait_for("every watch back", std::time::Duration::from_secs(30), || async {
+        (broken(&watching) >= held_there && live(&watching) == total).then_some(())
+    })
+    .await
+    .unwrap();
+    let back = stopped.elapsed().as_secs_f64();
+    let mut errors = std::collections::BTreeMap::<String, usize>::new();
+    for w in &watching {
+        for (class, n) in w.errors() {
+            *errors.entry(class).or_default() += n;
+        }
+    }
+    eprintln!("reconnect storm: {held_there} of {total} watches on {victim}, stopped; every watch back through the door in {back:.2} s; answers other than a watch: {errors:?}");
+    for w in watching {
+        w.end().await;
+    }
+    assert!(back <= 10.0, "{back:.1} s until every watch was back");
+    assert!(errors.keys().all(|c| c == "503 Status"), "{errors:?}");
+}

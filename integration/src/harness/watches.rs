@@ -81,3 +81,94 @@ pub fn established_to(port: u16) -> usize {
         })
         .sum()
 }
+
+/// Watches that, like a client-go reflector, watch again whenever their
+/// stream ends (without its backoff: the worst case for a door), until
+/// [`Rewatching::end`]; what the door answered meanwhile, by class.
+pub struct Rewatching {
+    /// Watches whose current stream got its first event.
+    pub live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Streams that ended while the watch was wanted.
+    pub broken: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Answers that were not a watch: "503 Status", "503 other", "404", "no answer" …
+    pub errors: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, usize>>>,
+    release: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Rewatching {
+    pub fn live(&self) -> usize {
+        self.live.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn broken(&self) -> usize {
+        self.broken.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn errors(&self) -> std::collections::BTreeMap<String, usize> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    pub async fn end(self) {
+        let _ = self.release.send(true);
+        futures::future::join_all(self.tasks).await;
+    }
+}
+
+/// `n` watches of `url` through `client`, each watching again at once when
+/// its stream ends or its request fails (after 100 ms for a failure).
+pub fn rewatch(client: &reqwest::Client, url: &str, n: usize) -> Rewatching {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (release, released) = watch::channel(false);
+    let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let broken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let errors = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let record = |errors: &std::sync::Mutex<std::collections::BTreeMap<String, usize>>, class: String| {
+        if let Ok(mut e) = errors.lock() {
+            *e.entry(class).or_default() += 1;
+        }
+    };
+    let tasks = (0..n)
+        .map(|_| {
+            let (client, url, mut released) = (client.clone(), url.to_string(), released.clone());
+            let (live, broken, errors) = (live.clone(), broken.clone(), errors.clone());
+            tokio::spawn(async move {
+                while !*released.borrow() {
+                    let attempt = async {
+                        let mut resp = client.get(&url).send().await.map_err(|_| "no answer".to_string())?;
+                        let status = resp.status().as_u16();
+                        if status != 200 {
+                            let body: serde_json::Value = resp.json().await.unwrap_or_default();
+                            return Err(format!("{status} {}", if body["kind"] == "Status" { "Status" } else { "other" }));
+                        }
+                        resp.chunk().await.ok().flatten().ok_or_else(|| "200 without an event".to_string())?;
+                        Ok(resp)
+                    };
+                    let mut resp = match tokio::time::timeout(Duration::from_secs(15), attempt).await {
+                        Ok(Ok(resp)) => resp,
+                        Ok(Err(class)) => {
+                            record(&errors, class);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                        Err(_) => {
+                            record(&errors, "no event in 15 s".into());
+                            continue;
+                        }
+                    };
+                    live.fetch_add(1, SeqCst);
+                    // Held until released or the stream ends.
+                    let ended = tokio::select! {
+                        _ = released.wait_for(|r| *r) => false,
+                        _ = async { while let Ok(Some(_)) = resp.chunk().await {} } => true,
+                    };
+                    live.fetch_sub(1, SeqCst);
+                    if ended && !*released.borrow() {
+                        broken.fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    Rewatching { live, broken, errors, release, tasks }
+}
