@@ -170,3 +170,63 @@ async fn watches_on_a_stopped_apiserver_come_back_within_seconds() {
     assert!(back <= 10.0, "{back:.1} s until every watch was back");
     assert!(errors.keys().all(|c| c == "503 Status"), "{errors:?}");
 }
+
+/// A reconnect storm after an Envoy restart: every node's connection ends
+/// at once and every watch is asked for again (no backoff) while the Envoy
+/// is down and as it comes up. Once the restarted Envoy is ready, every
+/// watch is back within 10 s (issue 48); while it was down, clients found
+/// no listener, and no answer it gave was anything but a watch or the 503
+/// Status.
+#[tokio::test]
+async fn every_watch_comes_back_after_an_envoy_restart() {
+    use integration::harness::watches::{Rewatching, rewatch};
+    let (nodes, per_node) = (env_or("MVP_STORM_NODES", 30), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
+    let total = nodes * per_node;
+    let door = FrontDoor::start(&three_fakes(), Options::default()).await.unwrap();
+    let (mut envoy, topology) = door.another_envoy().await.unwrap();
+    let base = format!("http://127.0.0.1:{}", topology.ports.listen);
+    let mut watching: Vec<Rewatching> = Vec::new();
+    for n in 0..nodes {
+        let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
+        for path in kubelet_watches(n, per_node, 600) {
+            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
+        }
+    }
+    let live = |w: &[Rewatching]| w.iter().map(Rewatching::live).sum::<usize>();
+    let broken = |w: &[Rewatching]| w.iter().map(Rewatching::broken).sum::<usize>();
+    let bound = std::time::Duration::from_secs(60);
+    integration::harness::wait_for("every watch held", bound, || async { (live(&watching) == total).then_some(()) }).await.unwrap();
+    envoy.kill();
+    integration::harness::wait_for("every watch's stream ended", bound, || async { (broken(&watching) >= total).then_some(()) }).await.unwrap();
+    let restarting = Instant::now();
+    let errors = |w: &[Rewatching]| {
+        let mut all = std::collections::BTreeMap::<String, usize>::new();
+        for (class, n) in w.iter().flat_map(Rewatching::errors) {
+            *all.entry(class).or_default() += n;
+        }
+        all
+    };
+    let _envoy = door.restart_another_envoy(&topology).await.unwrap();
+    let ready = restarting.elapsed().as_secs_f64();
+    let (since_ready, while_down) = (Instant::now(), errors(&watching));
+    integration::harness::wait_for("every watch back", bound, || async { (live(&watching) == total).then_some(()) }).await.unwrap();
+    let back = since_ready.elapsed().as_secs_f64();
+    let mut after_ready = errors(&watching);
+    for (class, n) in &while_down {
+        if let Some(m) = after_ready.get_mut(class) {
+            *m -= (*n).min(*m);
+        }
+    }
+    after_ready.retain(|_, n| *n > 0);
+    eprintln!(
+        "Envoy restart: {total} watches of {nodes} nodes; the new Envoy ready in {ready:.2} s, every watch back {back:.2} s after; while it was down: {while_down:?}; once ready, answers other than a watch: {after_ready:?}"
+    );
+    for w in watching {
+        w.end().await;
+    }
+    assert!(back <= 10.0, "{back:.1} s until every watch was back");
+    // While it was down nothing listened ("no answer"); once ready it
+    // answered watches, or at most the 503 Status.
+    assert!(while_down.keys().all(|c| c == "no answer" || c == "503 Status"), "{while_down:?}");
+    assert!(after_ready.keys().all(|c| c == "503 Status"), "{after_ready:?}");
+}

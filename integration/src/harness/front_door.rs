@@ -245,6 +245,16 @@ impl FrontDoor {
         Ok((envoy, topology))
     }
 
+    /// An Envoy of [`FrontDoor::another_envoy`] started again, its process
+    /// gone (killed, crashed), on the same ports and bootstrap; returned
+    /// once it is ready.
+    pub async fn restart_another_envoy(&self, topology: &Topology) -> Result<Proc> {
+        let config = self.dir.path().join(format!("envoy-{}.yaml", topology.ports.listen));
+        let envoy = Proc::spawn(&format!("envoy-{}-again", topology.ports.listen), self.dir.path(), &envoy_bin()?, &Topology::envoy_args(&config, 1, "info"))?;
+        topology.wait_ready(&self.http).await?;
+        Ok(envoy)
+    }
+
     pub fn fake_mut(&mut self, name: &str) -> &mut Fake {
         self.fakes.iter_mut().find(|f| f.spec.name == name).unwrap_or_else(|| panic!("no fake named {name}"))
     }
