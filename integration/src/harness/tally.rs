@@ -44,6 +44,9 @@ pub const PATHS_AND_APIS: &[(&str, &[&str])] =
 
 const APIS: &str = "/apis";
 
+/// A response whose body ended in a transport error (see [`load_paths`]).
+const CUT_OFF: &str = "<the body was cut off>";
+
 /// `/apis` (an `APIGroupList`) lists what only v1.37 and only v1.30 serve.
 fn merged(groups: &Value) -> bool {
     let versions = |group: &str| -> Vec<String> {
@@ -74,7 +77,8 @@ pub struct Tally {
     /// request in flight on the connection of an apiserver that died
     /// (SIGKILL), by Envoy's reason. Not retried: it may have reached the
     /// apiserver, and only failures before the request left are safe to
-    /// resend for every verb.
+    /// resend for every verb. Also an answer whose body the death cut off
+    /// after its headers had gone on (by its status).
     pub in_flight_503: std::sync::Mutex<BTreeMap<String, u64>>,
     /// `/apis` answered with one apiserver's own document: Envoy's ext_proc
     /// failed open (its exchange with mvp-ext-proc broke off).
@@ -132,8 +136,18 @@ pub fn load_paths(
                         Err(e) => format!("transport error: {e}"),
                         Ok(resp) => {
                             let status = resp.status().as_u16();
-                            let body: Value = resp.json().await.unwrap_or(Value::Null);
+                            // A body cut off by a transport error: the
+                            // apiserver died mid-answer, after its headers
+                            // had gone to the client (over HTTP/2 its
+                            // socket closes with a reset, dropping what it
+                            // had not sent yet). The client sees the error,
+                            // never a wrong answer; counted as in flight.
+                            let body: Value = match resp.bytes().await {
+                                Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
+                                Err(_) => Value::String(CUT_OFF.into()),
+                            };
                             match status {
+                                _ if body == CUT_OFF => format!("in flight: {status}, the body cut off"),
                                 200 if path == APIS && merged(&body) => "ok".into(),
                                 200 if path == APIS => "own /apis".into(),
                                 200 if servers.contains(&served_by(&body)) => "ok".into(),
