@@ -11,7 +11,7 @@
 //!   [`process`] memory, one copy for every worker.
 //! - [`lb`]: the apiserver clusters' balancer; [`handover`]: the pinned
 //!   list the filter hands it on the same worker.
-//! - [`host`]: the `Host` over the ABI; [`abi`]: the ABI, declared by hand;
+//! - [`host`]: the `Host` over the ABI ([`pin`]: how it pins a request); [`abi`]: the ABI, declared by hand;
 //!   [`exports`]: the hooks Envoy calls, none of which lets a panic out.
 //!
 //! The `.wasm` stays the portable default (any Envoy with V8); this build
@@ -25,5 +25,6 @@ mod handover;
 mod hold;
 mod host;
 mod lb;
+mod pin;
 mod process;
 mod refresher;
