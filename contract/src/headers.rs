@@ -56,7 +56,7 @@ pub const MAX_RETRIES: &str = "x-envoy-max-retries";
 
 /// Envoy's per-request route timeout: the filter sets it to `0` (none) on a
 /// request kube-apiserver counts as long-running (a watch, logs, exec,
-/// attach, port-forward, proxy: `mvp_routing::requestinfo::long_running`),
+/// attach, port-forward, proxy: `mvp_routing::requestinfo::route_key_and_long_running`),
 /// so that only those are exempt from the front door's `--request-timeout`.
 /// Clients cannot send it (`x-envoy-` is stripped); Envoy's router removes
 /// it before the request goes upstream.

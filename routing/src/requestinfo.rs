@@ -182,9 +182,15 @@ pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
     route_key_and_long_running(path).0
 }
 
-/// [`route_key`] and [`long_running`] from one segment walk: what the
-/// filter asks of every request. The query is read only for a collection
-/// (a name-less resource path) whose query mentions `watch`.
+/// [`route_key`], and whether kube-apiserver counts the request as
+/// long-running — its `BasicLongRunningRequestCheck`: the verbs watch and
+/// proxy, the subresources attach, exec, proxy, log and portforward — so
+/// that no request timeout applies to it; from one segment walk, what the
+/// filter asks of every request. Read without the method: a collection path
+/// with `watch` set is a watch only for GET in kube; another method with it
+/// is exempt here from the front door's timeout, and nothing else. The query
+/// is read only for a collection (a name-less resource path) whose query
+/// mentions `watch`.
 pub fn route_key_and_long_running<'a>(path: &'a DecodedPath<'_>) -> (RouteKey<'a>, bool) {
     if let Some(rest) = path.path().strip_prefix(b"/openapi/v3")
         && (rest.is_empty() || rest.starts_with(b"/"))
@@ -214,18 +220,6 @@ fn long_running_subresource(subresource: &[u8]) -> bool {
 /// bytes mention it).
 fn watch_query(q: &[u8]) -> bool {
     q.windows(5).any(|w| w == b"watch") && ListOptions::parse(q).watch
-}
-
-/// Whether kube-apiserver counts the request as long-running — its
-/// `BasicLongRunningRequestCheck`: the verbs watch and proxy, the
-/// subresources attach, exec, proxy, log and portforward — so that no
-/// request timeout applies to it. `key` is [`route_key`]'s for `path`.
-/// Read without the method: a collection path with `watch` set is a watch
-/// only for GET in kube; another method with it is exempt here from the
-/// front door's timeout, and nothing else. [`route_key_and_long_running`]
-/// answers both from one walk; this is for a caller that has the key.
-pub fn long_running(key: &RouteKey<'_>, path: &DecodedPath<'_>) -> bool {
-    matches!(key, RouteKey::Resource { .. }) && route_key_and_long_running(path).1
 }
 
 /// Full RequestInfo for `method` on `path`.

@@ -264,7 +264,7 @@ fn long_running_requests_are_kubes() {
     ];
     for (raw, want) in cases {
         let path = DecodedPath::parse(raw.as_bytes());
-        assert_eq!(long_running(&route_key(&path), &path), want, "{raw}");
+        assert_eq!(route_key_and_long_running(&path).1, want, "{raw}");
     }
 }
 
