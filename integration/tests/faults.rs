@@ -330,6 +330,66 @@ async fn reads_failed_before_an_answer_go_to_another_server_writes_never_do() {
     assert!(answers.keys().all(|s| [200, 429, 503].contains(s)), "{answers:?}");
 }
 
+/// A stream an apiserver resets is an answer from a live server, not a sign
+/// it is gone: kube's request timeout ends an HTTP/2 stream with a reset,
+/// and `--goaway-chance` refuses the streams in flight on the connection it
+/// closes. Every member resets a few of a burst of concurrent reads; the
+/// reads after are all answered. Before, Envoy's outlier detection took a
+/// member out of the balancer after two resets in a row — the router feeds
+/// it every upstream reset as a connect failure, and a stream's success in
+/// between counts only while none is in flight — all of them here, so the
+/// next reads got Envoy's `no_healthy_upstream` 503 until a health check
+/// brought one back: 48 of 600 requests in the real tier's
+/// `goaway_chance_loses_no_request`.
+#[tokio::test]
+async fn apiservers_that_reset_streams_stay_in_the_balancer() {
+    let door = FrontDoor::start(&three(), Options::default()).await.unwrap();
+    let control = |name: &str, query: &str| format!("{}/__fake/{query}", door.fake(name).url());
+    const RESETS: u64 = 4;
+    for name in ["v130", "v133", "v137"] {
+        let r = door.http.post(control(name, &format!("fail-next?count={RESETS}&how=reset"))).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let attempts = || async {
+        let mut n = 0;
+        for name in ["v130", "v133", "v137"] {
+            let v: Value = door.http.get(control(name, "stats")).send().await.unwrap().json().await.unwrap();
+            n += v["resourceRequests"].as_u64().unwrap();
+        }
+        n
+    };
+    // Served by all (load-balanced). A read whose every attempt was reset
+    // gets the 503 Status, honestly; then reads one by one until every
+    // reset is spent.
+    let path = PATHS[3].0;
+    let honest = |status: u16, v: &Value| status == 200 || (status == 503 && v["kind"] == "Status");
+    let burst = futures::future::join_all((0..16).map(|_| door.get_json(&door.h2c, path))).await;
+    let mut answered = 0;
+    for r in burst {
+        let (status, v) = r.unwrap();
+        assert!(honest(status, &v), "{status}: {v}");
+        answered += u64::from(status == 200);
+    }
+    for _ in 0..10 {
+        if attempts().await >= 3 * RESETS + answered {
+            break;
+        }
+        let (status, v) = door.get_json(&door.http, path).await.unwrap();
+        assert!(honest(status, &v), "{status}: {v}");
+        answered += u64::from(status == 200);
+    }
+    assert_eq!(attempts().await, 3 * RESETS + answered, "every reset spent");
+    let mut statuses = BTreeMap::<u16, u32>::new();
+    for client in [&door.http, &door.h2c] {
+        for _ in 0..15 {
+            let (status, _) = door.get_json(client, path).await.unwrap();
+            *statuses.entry(status).or_default() += 1;
+        }
+    }
+    let ejected = door.envoy_stat(&format!("cluster.{}.outlier_detection.ejections_enforced_total", mvp_contract::envoy::APISERVERS_CLUSTER)).await;
+    assert_eq!(statuses, [(200, 30)].into(), "after {} resets (members ejected: {ejected:?})", 3 * RESETS);
+}
+
 /// A rolling upgrade's moment: one member down (Envoy's health checks mark
 /// it unhealthy; it serves nothing these requests need, so it is never
 /// listed) and the first listed apiserver dropping every request before an

@@ -15,7 +15,8 @@
 //!   sending first): 1 s interval, unhealthy after 2 failures, so a
 //!   draining apiserver gets no new load-balanced request within ~2 s; no
 //!   panic mode (an unhealthy member is never chosen because "too many" are
-//!   unhealthy); outlier ejection on local connect failures;
+//!   unhealthy); no outlier ejection (a live apiserver's stream resets
+//!   would eject it: see the cluster's comment);
 //! - members removed from EDS leave at once, even while they pass health
 //!   checks.
 
@@ -182,21 +183,14 @@ fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool, ht
         load_balancing_policy: Some(override_host_policy()),
         typed_extension_protocol_options,
         health_checks: vec![readyz_check(proxy_certificate.then_some(o.username_header.as_str()))],
-        outlier_detection: Some(cluster::OutlierDetection {
-            // Only connection failures eject (an apiserver's own 5xx are
-            // answers, not a sign it is gone).
-            split_external_local_origin_errors: true,
-            consecutive_local_origin_failure: u32v(2),
-            enforcing_consecutive_local_origin_failure: u32v(100),
-            enforcing_consecutive_5xx: u32v(0),
-            enforcing_consecutive_gateway_failure: u32v(0),
-            enforcing_success_rate: u32v(0),
-            enforcing_local_origin_success_rate: u32v(0),
-            interval: secs(1),
-            base_ejection_time: secs(3),
-            max_ejection_percent: u32v(100),
-            ..Default::default()
-        }),
+        // No outlier detection: Envoy's router feeds it every upstream
+        // reset as a local connect failure, and a live apiserver resets
+        // streams (kube's request timeout over HTTP/2; the streams in flight
+        // when `--goaway-chance` closes a connection). Two in a row took a
+        // healthy member out for seconds — every member, in a burst — and
+        // requests got `no_healthy_upstream`. A member that is really gone
+        // fails its health checks within ~2 s and its table entry closes;
+        // until then a read it fails is retried on another.
         common_lb_config: Some(cluster::cluster::CommonLbConfig {
             healthy_panic_threshold: Some(Percent { value: 0.0 }),
             // Host changes apply at once: the routing table may name a new
@@ -378,5 +372,6 @@ mod tests {
         assert!(h.request_headers_to_add.is_empty());
         assert_eq!(c.common_lb_config.as_ref().unwrap().healthy_panic_threshold.as_ref().unwrap().value, 0.0);
         assert!(c.ignore_health_on_host_removal);
+        assert!(c.outlier_detection.is_none(), "a live apiserver's stream resets must not eject it");
     }
 }
