@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use integration::harness::watches::{Held, hold_watches};
+use integration::harness::watches::{Held, hold_watches, kubelet_watches};
 use integration::harness::{FrontDoor, Options, three_fakes};
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -19,26 +19,6 @@ fn env_or(name: &str, default: usize) -> usize {
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
-}
-
-/// The watch paths of a kubelet on node `n` (its first `k`), each held
-/// quietly for `hold` seconds after its first event.
-fn kubelet_watches(n: usize, k: usize, hold: u64) -> Vec<String> {
-    let q = format!("watch=1&hold={hold}");
-    let fixed = [
-        format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-{n}&{q}"),
-        format!("/api/v1/nodes?fieldSelector=metadata.name%3Dnode-{n}&{q}"),
-        format!("/api/v1/services?{q}"),
-        format!("/apis/discovery.k8s.io/v1/endpointslices?{q}"),
-    ];
-    let mounts = (0..).map(|i| {
-        if i % 2 == 0 {
-            format!("/api/v1/namespaces/ns-{}/configmaps?fieldSelector=metadata.name%3Dcm-{i}&{q}", n % 10)
-        } else {
-            format!("/api/v1/namespaces/ns-{}/secrets?fieldSelector=metadata.name%3Ds-{i}&{q}", n % 10)
-        }
-    });
-    fixed.into_iter().chain(mounts).take(k).collect()
 }
 
 /// What one door cost for the load: Envoy's RSS growth (KiB) and the
@@ -66,7 +46,7 @@ async fn load(door: &FrontDoor, base: &str, pid: u32, nodes: usize, per_node: us
     for n in 0..nodes {
         // One HTTP/2 connection per node, as a kubelet's client-go.
         let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
-        for path in kubelet_watches(n, per_node, 600) {
+        for path in kubelet_watches(n, per_node, "hold=600") {
             held.push(hold_watches(&node, &format!("{base}{path}"), 1).await);
         }
         clients.push(node);
@@ -138,7 +118,7 @@ async fn watches_on_a_stopped_apiserver_come_back_within_seconds() {
     let mut watching: Vec<Rewatching> = Vec::new();
     for n in 0..nodes {
         let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
-        for path in kubelet_watches(n, per_node, 600) {
+        for path in kubelet_watches(n, per_node, "hold=600") {
             watching.push(rewatch(&node, &door.url(&path), 1));
         }
     }
@@ -188,7 +168,7 @@ async fn every_watch_comes_back_after_an_envoy_restart() {
     let mut watching: Vec<Rewatching> = Vec::new();
     for n in 0..nodes {
         let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
-        for path in kubelet_watches(n, per_node, 600) {
+        for path in kubelet_watches(n, per_node, "hold=600") {
             watching.push(rewatch(&node, &format!("{base}{path}"), 1));
         }
     }

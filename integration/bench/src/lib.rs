@@ -26,6 +26,7 @@ mod propagation;
 mod rebuilds;
 mod report;
 pub mod results_file;
+pub mod scale;
 mod settings;
 pub mod variants;
 
@@ -86,6 +87,8 @@ pub struct Results {
     pub instructions: BTreeMap<String, instructions::Counted>,
     /// The goals' ratios read from those counts ([`report`]).
     pub counted_ratios: BTreeMap<String, f64>,
+    /// Many nodes' watches through five doors ([`scale`]).
+    pub scale: Option<scale::Scale>,
     pub targets: Vec<(String, bool, String)>,
 }
 
@@ -301,6 +304,11 @@ pub async fn run(settings: Settings) -> Result<Results> {
     };
     drop(backends);
 
+    let scale = match &settings.scale {
+        Some(plan) => Some(scale::run(plan).await.context("the scale part")?),
+        None => None,
+    };
+
     let (mut apis, mut crd_heavy_out) = (None, CrdHeavy::default());
     if settings.discovery {
         apis = Some(real_discovery(dir.path(), &http, &settings, &mut memory).await?);
@@ -344,6 +352,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         memory,
         instructions,
         counted_ratios: BTreeMap::new(),
+        scale,
         targets: vec![],
     };
     results.variants.sort_by_key(|v| v.number);

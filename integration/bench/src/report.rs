@@ -246,6 +246,9 @@ pub fn render_table(r: &Results) -> String {
             out.push_str(&format!("| {k} | {v:.3} |\n"));
         }
     }
+    if let Some(scale) = &r.scale {
+        out.push_str(&super::scale::render(scale));
+    }
     out.push_str("\n| /apis, three apiservers with the real v1.37 document | p50 ms | p99 ms |\n|---|---|---|\n");
     for (k, v) in &r.discovery {
         out.push_str(&format!("| {k} | {:.3} | {:.3} |\n", v.p50_ms, v.p99_ms));

@@ -14,6 +14,7 @@ pub fn sections(part: &str) -> &'static [&'static str] {
         "propagation" => &["propagation_ms"],
         "discovery" => &["discovery", "discovery_added_ms", "discovery_paired", "discovery_paired_added_ms", "crd_heavy"],
         "instructions" => &["instructions", "counted_ratios"],
+        "scale" => &["scale"],
         _ => &[],
     }
 }

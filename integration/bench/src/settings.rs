@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::instructions;
+use super::{instructions, scale};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -41,6 +41,8 @@ pub struct Settings {
     /// Instructions per request under callgrind ([`instructions`]), for the
     /// doors the goals compare closely.
     pub count: Option<instructions::Plan>,
+    /// Many nodes' watches through five doors ([`scale`]).
+    pub scale: Option<scale::Plan>,
 }
 
 impl Settings {
@@ -66,6 +68,9 @@ impl Settings {
             variants: true,
             discovery: true,
             count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5), doors: vec![], keep: None }),
+            // 6,000 watches: the reconnect storms' size (scale_watches.rs);
+            // an event every 2 s per watch is 3,000 events/s.
+            scale: Some(scale::Plan { nodes: 300, watches_per_node: 20, event_interval: Duration::from_secs(2), window: Duration::from_secs(10), rounds: 3 }),
         }
     }
 
@@ -89,6 +94,7 @@ impl Settings {
             variants: true,
             discovery: true,
             count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1), doors: vec![], keep: None }),
+            scale: Some(scale::Plan { nodes: 4, watches_per_node: 5, event_interval: Duration::from_millis(200), window: Duration::from_secs(1), rounds: 1 }),
         }
     }
 }

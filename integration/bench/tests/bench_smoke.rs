@@ -94,6 +94,22 @@ fn every_variant_produces_numbers() {
         assert!(c["d1_misses_per_request"].as_f64().is_some() && c["idle_per_second"].as_f64().unwrap() > 0.0, "{k}: {c}");
     }
     assert!(r["counted_ratios"]["(2)/(7) the filter over its routing floor"].as_f64().unwrap() > 0.0, "{}", r["counted_ratios"]);
+    // Scale: every door held every watch and carried its events; the
+    // direct clients and the TCP proxy one apiserver connection per node,
+    // an L7 door one per apiserver (its one worker, under the stream bound).
+    let scale = &r["scale"];
+    let doors = scale["doors"].as_object().unwrap();
+    assert_eq!(doors.keys().collect::<Vec<_>>(), ["direct", "native", "plain-l7", "tcp-proxy", "wasm"], "{scale}");
+    let nodes = scale["nodes"].as_f64().unwrap();
+    for (k, d) in doors {
+        assert!(d["events_per_s"]["median"].as_f64().unwrap() > 0.0 && d["client_mib_per_s"]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
+        let connections = d["apiserver_connections"]["median"].as_f64().unwrap();
+        assert_eq!(connections, if ["direct", "tcp-proxy"].contains(&k.as_str()) { nodes } else { 3.0 }, "{k}: {d}");
+        if k != "direct" {
+            assert!(d["envoy_cpu_ms_per_1000_events"]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
+        }
+    }
+    assert_eq!(scale["ratios"].as_object().map(|m| m.len()), Some(9), "{scale}");
     assert_eq!(r["targets"].as_array().unwrap().len(), 13);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);

@@ -61,6 +61,7 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
             "hung": st.hung.load(Ordering::Relaxed),
             "connectionsAccepted": st.connections_accepted.load(Ordering::Relaxed),
             "connectionsOpen": st.connections_open.load(Ordering::Relaxed),
+            "watchEvents": st.watch_events.load(Ordering::Relaxed),
         }),
     )
 }

@@ -143,28 +143,39 @@ pub(super) async fn resource(
         // An ADDED event at once, then (with ?bookmarks=N) N bookmarks 100 ms
         // apart, flushed one by one: a front door that buffered the stream
         // would deliver the first event only at the end. With ?hold=S the
-        // watch then stays open, quiet, until S seconds after it began (as
-        // most of a cluster's watches are: scale tests hold thousands).
+        // watch then stays open until S seconds after it began (as most of a
+        // cluster's watches are: scale tests hold thousands) — quiet, or
+        // with ?events_every_ms=N a MODIFIED event of about a pod's size
+        // every N ms (the scale benchmark's CPU per event).
         let event = json!({"type": "ADDED", "object": {"apiVersion": api_version, "kind": kind, "metadata": {"name": "fake", "namespace": p.namespace, "resourceVersion": "1"}}, "servedBy": served});
-        let bookmarks: u32 = query.split('&').find_map(|kv| kv.strip_prefix("bookmarks=")?.parse().ok()).unwrap_or(0);
-        let hold_until = query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("hold=")?.parse::<u64>().ok())
-            .map(|s| tokio::time::Instant::now() + std::time::Duration::from_secs(s.min(3600)));
+        let param = |name: &str| query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok());
+        let bookmarks = param("bookmarks").unwrap_or(0).min(u64::from(u32::MAX)) as u32;
+        let hold_until = param("hold").map(|s| tokio::time::Instant::now() + std::time::Duration::from_secs(s.min(3600)));
+        let every = param("events_every_ms").filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
         let mut first = serde_json::to_vec(&event).unwrap_or_default();
         first.push(b'\n');
+        let modified = Bytes::from(modified_event(&api_version, kind, p.namespace));
         let kind = kind.clone();
+        let stats = s.stats.clone();
         let stream = futures::stream::unfold(0u32, move |i| {
             let first = first.clone();
             let kind = kind.clone();
+            let (modified, stats) = (modified.clone(), stats.clone());
             async move {
                 if i == 0 {
                     return Some((Ok::<_, std::io::Error>(Bytes::from(first)), 1));
                 }
                 if i > bookmarks {
-                    if let Some(until) = hold_until {
-                        tokio::time::sleep_until(until).await;
+                    let until = hold_until?;
+                    if let Some(every) = every {
+                        let next = tokio::time::Instant::now() + every;
+                        if next < until {
+                            tokio::time::sleep_until(next).await;
+                            stats.watch_events.fetch_add(1, Ordering::Relaxed);
+                            return Some((Ok(modified), i));
+                        }
                     }
+                    tokio::time::sleep_until(until).await;
                     return None;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -190,6 +201,16 @@ pub(super) async fn resource(
         resp.headers_mut().insert("x-fake-apiserver", v);
     }
     resp
+}
+
+/// A MODIFIED watch event of about 2 KiB, the size of a pod's (what a
+/// kubelet's pod watch carries most).
+fn modified_event(api_version: &str, kind: &str, namespace: &str) -> Vec<u8> {
+    let labels: serde_json::Map<String, serde_json::Value> = (0..24).map(|i| (format!("label-{i:02}"), json!(format!("value-{i:02}-{}", "x".repeat(40))))).collect();
+    let event = json!({"type": "MODIFIED", "object": {"apiVersion": api_version, "kind": kind, "metadata": {"name": "fake", "namespace": namespace, "resourceVersion": "2", "labels": labels}}});
+    let mut line = serde_json::to_vec(&event).unwrap_or_default();
+    line.push(b'\n');
+    line
 }
 
 /// A LIST of about `bytes` (at most 4 GiB) of ~1 KiB items, made as it is

@@ -89,6 +89,8 @@ pub struct Stats {
     /// TCP connections accepted, and open now ([`super::connections`]).
     pub connections_accepted: AtomicU64,
     pub connections_open: AtomicU64,
+    /// Events sent on held watches (`?events_every_ms=N`).
+    pub watch_events: AtomicU64,
 }
 
 impl FakeState {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::fakes::{Fake, FakeSpec, start_fake};
 pub use super::options::{Options, Workdir};
 use super::process::{Proc, free_ports, wait_for};
-use super::tools::{envoy_bin, ext_proc_bin};
+use super::tools::{FilterBuild, envoy_bin, ext_proc_bin};
 use super::topology::{Ports, Replica, Topology};
 use crate::pki::Pki;
 
@@ -234,7 +234,14 @@ impl FrontDoor {
     /// [`FrontDoor::another_envoy`] with its bootstrap edited (e.g. a plain
     /// round-robin front door: no routing filter, same apiserver members).
     pub async fn another_envoy_with(&self, edit: fn(String) -> String) -> Result<(Proc, Topology)> {
+        self.another_envoy_of(self.topology.filter, edit).await
+    }
+
+    /// [`FrontDoor::another_envoy_with`] running the routing filter's
+    /// other build (both builds' doors side by side on the same members).
+    pub async fn another_envoy_of(&self, filter: FilterBuild, edit: fn(String) -> String) -> Result<(Proc, Topology)> {
         let mut topology = self.topology.clone();
+        topology.filter = filter;
         let free = free_ports(2);
         topology.ports.listen = free.first().copied().context("no free port")?;
         topology.ports.admin = free.get(1).copied().context("no free port")?;

@@ -37,4 +37,4 @@ pub use tools::{
     FilterBuild, decode_discovery_protobuf, envoy_bin, ext_proc_bin, fake_bin, fixtures_dir, kubectl_137, native_module_file, python, routing_floor_wasm, wasm_file,
     workspace_root,
 };
-pub use topology::{Ports, Topology, edit_http_filters, plain_round_robin, plain_round_robin_bypassing_kube_mvp};
+pub use topology::{Ports, Topology, edit_http_filters, plain_round_robin, plain_round_robin_bypassing_kube_mvp, tcp_proxy};

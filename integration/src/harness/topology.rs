@@ -311,6 +311,25 @@ pub fn plain_round_robin(yaml: String) -> String {
     edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"))
 }
 
+/// A TCP proxy in front of the same members (kubeadm's HAProxy-in-TCP-mode
+/// anchor): the listener's HTTP connection manager replaced by Envoy's
+/// `tcp_proxy` to the apiservers cluster — every client connection becomes
+/// one apiserver connection, balanced round robin over healthy members.
+pub fn tcp_proxy(yaml: String) -> String {
+    let mut v: Value = serde_yaml_ng::from_str(&yaml).unwrap_or_default();
+    if let Some(filters) = v.pointer_mut("/static_resources/listeners/0/filter_chains/0/filters") {
+        *filters = serde_json::json!([{
+            "name": "envoy.filters.network.tcp_proxy",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                "stat_prefix": "apiservers_tcp",
+                "cluster": mvp_contract::envoy::APISERVERS_CLUSTER,
+            },
+        }]);
+    }
+    serde_yaml_ng::to_string(&v).unwrap_or_default()
+}
+
 /// The plain front door in front of servers that run kube's own Mixed
 /// Version Proxy, with that proxy switched off for its requests by kube's
 /// own means: every request carries kube's loop guard

@@ -7,10 +7,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Watches held open until [`Held::end`].
+/// Watches held open until [`Held::end`], reading what their streams carry
+/// after the first event, as a client does.
 pub struct Held {
     /// Each watch's status once it got its first bytes (0: none in 15 s).
     pub statuses: Vec<u16>,
+    /// Bytes read after each watch's first event, all watches together.
+    pub received: std::sync::Arc<std::sync::atomic::AtomicU64>,
     release: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -28,15 +31,39 @@ impl Held {
     }
 }
 
+/// The watch paths of a kubelet on node `n` (its first `k`): its pods and
+/// its node by field selector, services, endpointslices, then the
+/// configmaps and secrets its pods mount; each with `query` added (the
+/// fake's `hold=S`, `events_every_ms=N`).
+pub fn kubelet_watches(n: usize, k: usize, query: &str) -> Vec<String> {
+    let q = format!("watch=1&{query}");
+    let fixed = [
+        format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-{n}&{q}"),
+        format!("/api/v1/nodes?fieldSelector=metadata.name%3Dnode-{n}&{q}"),
+        format!("/api/v1/services?{q}"),
+        format!("/apis/discovery.k8s.io/v1/endpointslices?{q}"),
+    ];
+    let mounts = (0..).map(|i| {
+        if i % 2 == 0 {
+            format!("/api/v1/namespaces/ns-{}/configmaps?fieldSelector=metadata.name%3Dcm-{i}&{q}", n % 10)
+        } else {
+            format!("/api/v1/namespaces/ns-{}/secrets?fieldSelector=metadata.name%3Ds-{i}&{q}", n % 10)
+        }
+    });
+    fixed.into_iter().chain(mounts).take(k).collect()
+}
+
 /// `n` watches of `url` through `client` (one HTTP/2 client multiplexes
 /// them all on one connection), returned once every one got its first
 /// bytes of body — an event — or failed.
 pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held {
     let (release, released) = watch::channel(false);
     let (tx, mut rx) = tokio::sync::mpsc::channel(n.max(1));
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let tasks = (0..n)
         .map(|_| {
             let (client, url, tx, mut released) = (client.clone(), url.to_string(), tx.clone(), released.clone());
+            let received = received.clone();
             tokio::spawn(async move {
                 let first = tokio::time::timeout(Duration::from_secs(15), async {
                     let mut resp = client.get(&url).send().await.ok()?;
@@ -49,8 +76,18 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
                 .flatten();
                 let (status, resp) = first.map_or((0, None), |(s, r)| (s, Some(r)));
                 let _ = tx.send(status).await;
-                let _ = released.wait_for(|r| *r).await;
-                drop(resp);
+                let read = async {
+                    if let Some(mut resp) = resp {
+                        while let Ok(Some(bytes)) = resp.chunk().await {
+                            received.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    std::future::pending::<()>().await;
+                };
+                tokio::select! {
+                    _ = released.wait_for(|r| *r) => {}
+                    () = read => {}
+                }
             })
         })
         .collect();
@@ -58,7 +95,7 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
     for _ in 0..n {
         statuses.push(rx.recv().await.unwrap_or(0));
     }
-    Held { statuses, release, tasks }
+    Held { statuses, received, release, tasks }
 }
 
 /// TCP connections established to local `port` (the server's side of

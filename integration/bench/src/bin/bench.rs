@@ -16,9 +16,10 @@ struct Args {
     /// Run one part only, while iterating on it: `front-door` (the filter
     /// variants and propagation), `propagation` (discovery change → routed,
     /// long-polling and polling refreshers on the same changes),
-    /// `discovery` (the `/apis` cases) or `instructions` (instructions per
-    /// request under callgrind). BENCHMARKS.md holds full runs.
-    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions"])]
+    /// `discovery` (the `/apis` cases), `instructions` (instructions per
+    /// request under callgrind) or `scale` (many nodes' watches through five
+    /// doors). BENCHMARKS.md holds full runs.
+    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions", "scale"])]
     only: Option<String>,
     /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
     #[arg(long)]
@@ -41,10 +42,11 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
     match args.only.as_deref() {
-        Some("front-door") => (settings.discovery, settings.count) = (false, None),
-        Some("propagation") => (settings.discovery, settings.count, settings.variants) = (false, None, false),
-        Some("discovery") => (settings.front_door, settings.count) = (false, None),
-        Some("instructions") => (settings.front_door, settings.discovery) = (false, false),
+        Some("front-door") => (settings.discovery, settings.count, settings.scale) = (false, None, None),
+        Some("propagation") => (settings.discovery, settings.count, settings.variants, settings.scale) = (false, None, false, None),
+        Some("discovery") => (settings.front_door, settings.count, settings.scale) = (false, None, None),
+        Some("instructions") => (settings.front_door, settings.discovery, settings.scale) = (false, false, None),
+        Some("scale") => (settings.front_door, settings.discovery, settings.count) = (false, false, None),
         _ => {}
     }
     if let Some(n) = args.crd_heavy_requests {

@@ -1,0 +1,320 @@
+//! The scale part (issue 48, `bench --only scale`): simulated kubelets —
+//! each one HTTP/2 connection carrying a kubelet's watches
+//! ([`kubelet_watches`]) and renewing its lease — through five doors side
+//! by side on the same three fake apiservers:
+//!
+//! - `direct`: each node's connection to one apiserver (node n to the
+//!   n-th, round robin), no door: what the apiservers carry at least;
+//! - `tcp-proxy`: Envoy's `tcp_proxy` (kubeadm's HAProxy-in-TCP-mode
+//!   anchor): one apiserver connection per client connection;
+//! - `plain-l7`: Envoy's router alone, round robin over the members;
+//! - `wasm`, `native`: the front door in its two builds.
+//!
+//! Every Envoy runs one worker, served by the same mvp-ext-proc. Each watch
+//! gets a MODIFIED event of a pod's size every `event_interval` (the fake's
+//! `?events_every_ms`). Per door and round: the seconds until every watch
+//! got its first event (all nodes connecting at once), Envoy's RSS growth
+//! and CPU for opening them, per 10,000 watches; Envoy's CPU per 1,000
+//! events over `window` of events; the apiserver connections the door
+//! opened. Doors run one after another in a rotated order per round (the
+//! machine is shared: [`round_order`]); the comparisons with the plain L7
+//! door are per round, median and range.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use integration::harness::watches::{Held, hold_watches, kubelet_watches};
+use integration::harness::{FilterBuild, FrontDoor, Options, Topology, plain_round_robin, tcp_proxy, three_fakes, wait_for};
+use mvp_contract::envoy::APISERVERS_CLUSTER;
+
+use super::load::Spread;
+use super::order::round_order;
+use super::{load, rss_mib};
+
+/// A process's CPU time so far, ms, summed over its threads' scheduler
+/// counters (nanoseconds; `/proc/PID/stat` counts 10 ms ticks, too coarse
+/// for a door's CPU in a few seconds).
+fn cpu_ms(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e6
+}
+
+/// How big a scale run is.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub nodes: usize,
+    pub watches_per_node: usize,
+    pub event_interval: Duration,
+    pub window: Duration,
+    pub rounds: usize,
+}
+
+/// One door's figures: per round, median and range.
+#[derive(Debug, Serialize, Default)]
+pub struct DoorFigures {
+    /// Seconds until every watch got its first event.
+    pub open_s: Spread,
+    /// Envoy's heap in use (its allocator's `server.memory_allocated`)
+    /// once every watch is open, over before: MiB per 10,000 watches.
+    pub envoy_heap_mib_per_10k_watches: Spread,
+    /// Envoy's RSS growth, MiB per 10,000 watches: the first round only
+    /// (the allocator keeps what the watches freed, so a later round's
+    /// watches fit in it).
+    pub envoy_rss_mib_per_10k_watches_first_round: f64,
+    /// Envoy's CPU while they opened, ms per 10,000 watches.
+    pub envoy_cpu_ms_per_10k_watches_opened: Spread,
+    /// Envoy's CPU over the window of events, ms per 1,000 events.
+    pub envoy_cpu_ms_per_1000_events: Spread,
+    /// Events the apiservers sent per second in the window, and the bytes
+    /// per second the clients read (every event got through).
+    pub events_per_s: Spread,
+    pub client_mib_per_s: Spread,
+    /// Apiserver connections the door's load opened.
+    pub apiserver_connections: Spread,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct Scale {
+    pub nodes: usize,
+    pub watches: usize,
+    pub event_interval_ms: u64,
+    pub window_s: f64,
+    pub rounds: usize,
+    pub doors: BTreeMap<String, DoorFigures>,
+    /// `<door>/plain-l7 <figure>`: per-round ratios.
+    pub ratios: BTreeMap<String, Spread>,
+}
+
+const DOORS: [&str; 5] = ["direct", "tcp-proxy", "plain-l7", "wasm", "native"];
+
+/// Where a door's clients connect (the direct clients: each apiserver in
+/// turn), and its Envoy: process and topology (none for the direct door).
+type Target = (Vec<String>, Option<(u32, Topology)>);
+
+/// A figure of a round, by name.
+type Figure = (&'static str, fn(&Round) -> f64);
+
+/// One round's figures of one door.
+#[derive(Default, Clone)]
+struct Round {
+    open_s: f64,
+    heap_mib_per_10k: f64,
+    rss_mib_per_10k: f64,
+    cpu_ms_per_10k_opened: f64,
+    cpu_ms_per_1000_events: f64,
+    events_per_s: f64,
+    client_mib_per_s: f64,
+    connections: f64,
+}
+
+pub async fn run(plan: &Plan) -> Result<Scale> {
+    let options = Options { concurrency: 1, filter: Some(FilterBuild::Native), ..Options::default() };
+    let door = FrontDoor::start(&three_fakes(), options).await.context("the native front door")?;
+    let (tcp, tcp_topology) = door.another_envoy_of(FilterBuild::Wasm, tcp_proxy).await.context("the TCP proxy")?;
+    let (plain, plain_topology) = door.another_envoy_of(FilterBuild::Wasm, plain_round_robin).await.context("the plain L7 Envoy")?;
+    let (wasm, wasm_topology) = door.another_envoy_of(FilterBuild::Wasm, |yaml| yaml).await.context("the wasm front door")?;
+    let envoy = |t: &Topology, pid: u32| (vec![format!("http://127.0.0.1:{}", t.ports.listen)], Some((pid, t.clone())));
+    let targets: [Target; 5] = [
+        (door.fakes.iter().map(|f| f.url().trim_end_matches('/').to_string()).collect(), None),
+        envoy(&tcp_topology, tcp.pid()),
+        envoy(&plain_topology, plain.pid()),
+        envoy(&wasm_topology, wasm.pid()),
+        envoy(&door.topology, door.envoy.pid()),
+    ];
+    let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); DOORS.len()];
+    for round in 0..plan.rounds {
+        for i in round_order(DOORS.len(), round) {
+            let (Some(name), Some((bases, pid))) = (DOORS.get(i), targets.get(i)) else { continue };
+            eprintln!("scale round {}/{}: {name} (load average {})", round + 1, plan.rounds, load::load_average());
+            let r = one_door(&door, plan, bases, pid.as_ref()).await.with_context(|| format!("door {name}"))?;
+            if let Some(rs) = rounds.get_mut(i) {
+                rs.push(r);
+            }
+        }
+    }
+    let mut out = Scale {
+        nodes: plan.nodes,
+        watches: plan.nodes * plan.watches_per_node,
+        event_interval_ms: plan.event_interval.as_millis() as u64,
+        window_s: plan.window.as_secs_f64(),
+        rounds: plan.rounds,
+        ..Scale::default()
+    };
+    let spread = |rs: &[Round], f: fn(&Round) -> f64| Spread::of(&rs.iter().map(f).collect::<Vec<_>>());
+    for (name, rs) in DOORS.iter().zip(&rounds) {
+        let mut figures = DoorFigures {
+            open_s: spread(rs, |r| r.open_s),
+            events_per_s: spread(rs, |r| r.events_per_s),
+            client_mib_per_s: spread(rs, |r| r.client_mib_per_s),
+            apiserver_connections: spread(rs, |r| r.connections),
+            ..DoorFigures::default()
+        };
+        if *name != "direct" {
+            figures.envoy_heap_mib_per_10k_watches = spread(rs, |r| r.heap_mib_per_10k);
+            figures.envoy_rss_mib_per_10k_watches_first_round = rs.first().map_or(0.0, |r| r.rss_mib_per_10k);
+            figures.envoy_cpu_ms_per_10k_watches_opened = spread(rs, |r| r.cpu_ms_per_10k_opened);
+            figures.envoy_cpu_ms_per_1000_events = spread(rs, |r| r.cpu_ms_per_1000_events);
+        }
+        out.doors.insert((*name).to_string(), figures);
+    }
+    let plain_rounds = rounds.get(2).cloned().unwrap_or_default();
+    for (name, rs) in DOORS.iter().zip(&rounds).filter(|(n, _)| ["tcp-proxy", "wasm", "native"].contains(*n)) {
+        let figures: [Figure; 3] = [
+            ("heap per watch", |r| r.heap_mib_per_10k),
+            ("CPU per watch opened", |r| r.cpu_ms_per_10k_opened),
+            ("CPU per event", |r| r.cpu_ms_per_1000_events),
+        ];
+        for (figure, f) in figures {
+            // A round whose plain figure is 0 (below the clock tick) has no ratio.
+            let per_round: Vec<f64> = rs.iter().zip(&plain_rounds).filter(|(_, b)| f(b) > 0.0).map(|(a, b)| f(a) / f(b)).collect();
+            out.ratios.insert(format!("{name}/plain-l7 {figure}"), Spread::of(&per_round));
+        }
+    }
+    Ok(out)
+}
+
+/// The nodes through one door: opened all at once, a window of events,
+/// then every watch ended and the door's apiserver connections gone again.
+async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option<&(u32, Topology)>) -> Result<Round> {
+    let pid = envoy.map(|(pid, _)| *pid);
+    let fake_connections = || async {
+        let mut n = 0;
+        for f in &door.fakes {
+            n += f.stats(&door.http).await.and_then(|v| v["connectionsOpen"].as_u64()).unwrap_or(0);
+        }
+        n
+    };
+    // A door's: its Envoy's to the apiservers (a door keeps its pool from
+    // round to round); the clients' own without one.
+    let connections = || async {
+        match envoy {
+            Some((_, t)) => t.envoy_stat(&door.http, &format!("cluster.{APISERVERS_CLUSTER}.upstream_cx_active")).await.unwrap_or(0),
+            None => fake_connections().await,
+        }
+    };
+    let events = || async {
+        let mut n = 0;
+        for f in &door.fakes {
+            n += f.stats(&door.http).await.and_then(|v| v["watchEvents"].as_u64()).unwrap_or(0);
+        }
+        n
+    };
+    let watches = plan.nodes * plan.watches_per_node;
+    let query = format!("hold=3600&events_every_ms={}", plan.event_interval.as_millis());
+    // Asked of the admin's `/memory` (the allocator's figure now; the
+    // `server.memory_allocated` gauge moves only at a stats flush).
+    let heap = || async {
+        let Some((_, t)) = envoy else { return 0.0 };
+        let url = format!("http://127.0.0.1:{}/memory", t.ports.admin);
+        let v: serde_json::Value = match door.http.get(url).send().await {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        v["allocated"].as_str().and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0) / (1024.0 * 1024.0)
+    };
+    let (rss_before, heap_before, connections_before) = (pid.map(rss_mib).unwrap_or(0.0), heap().await, fake_connections().await);
+    let cpu = || pid.map(cpu_ms).unwrap_or(0.0);
+    let (cpu_before, started) = (cpu(), Instant::now());
+    // Every node at once, as after a restart; a node's watches one after
+    // another on its one connection, as a kubelet's informers start.
+    let nodes = (0..plan.nodes).map(|n| {
+        let base = bases.get(n % bases.len().max(1)).cloned().unwrap_or_default();
+        let query = query.clone();
+        async move {
+            let client = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build()?;
+            let mut held = Vec::new();
+            for path in kubelet_watches(n, plan.watches_per_node, &query) {
+                held.push(hold_watches(&client, &format!("{base}{path}"), 1).await);
+            }
+            anyhow::Ok((client, held, base))
+        }
+    });
+    let opened: Vec<(reqwest::Client, Vec<Held>, String)> = futures::future::try_join_all(nodes).await?;
+    let open_s = started.elapsed().as_secs_f64();
+    let cpu_opened = cpu() - cpu_before;
+    let (rss, heap) = (pid.map(rss_mib).unwrap_or(0.0) - rss_before, heap().await - heap_before);
+    let failed: usize = opened.iter().flat_map(|(_, held, _)| held).map(|h| h.failed().len()).sum();
+    if failed > 0 {
+        bail!("{failed} of {watches} watches not held");
+    }
+    for (n, (client, _, base)) in opened.iter().enumerate() {
+        let lease = format!("{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-{n}");
+        let body = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("node-{n}")}});
+        let status = client.put(lease).json(&body).send().await?.status();
+        if status != 200 {
+            bail!("a lease renewal: {status}");
+        }
+    }
+    let connections_held = match envoy {
+        Some(_) => connections().await,
+        None => fake_connections().await.saturating_sub(connections_before),
+    };
+    // The window of events: what Envoy's CPU does for them.
+    let received = |opened: &[(reqwest::Client, Vec<Held>, String)]| -> u64 {
+        opened.iter().flat_map(|(_, held, _)| held).map(|h| h.received.load(std::sync::atomic::Ordering::Relaxed)).sum()
+    };
+    let (events_before, received_before, cpu_before, window_started) = (events().await, received(&opened), cpu(), Instant::now());
+    tokio::time::sleep(plan.window).await;
+    let (events_sent, bytes, cpu_window, window) =
+        (events().await - events_before, received(&opened) - received_before, cpu() - cpu_before, window_started.elapsed().as_secs_f64());
+    for (_, held, _) in opened {
+        for h in held {
+            h.end().await;
+        }
+    }
+    // The next door starts with the clients' connections gone (an L7
+    // door keeps its pool to the apiservers: idle, it costs them nothing
+    // measured here).
+    wait_for("the clients' apiserver connections to close", Duration::from_secs(30), || async {
+        (envoy.is_some() || fake_connections().await <= connections_before).then_some(())
+    })
+    .await?;
+    let per_10k = 10_000.0 / watches.max(1) as f64;
+    Ok(Round {
+        open_s,
+        heap_mib_per_10k: heap * per_10k,
+        rss_mib_per_10k: rss * per_10k,
+        cpu_ms_per_10k_opened: cpu_opened * per_10k,
+        cpu_ms_per_1000_events: cpu_window * 1000.0 / events_sent.max(1) as f64,
+        events_per_s: events_sent as f64 / window,
+        client_mib_per_s: bytes as f64 / window / (1024.0 * 1024.0),
+        connections: connections_held as f64,
+    })
+}
+
+/// The scale part's tables (median, min–max over rounds).
+pub fn render(s: &Scale) -> String {
+    let m = |x: &Spread, digits: usize| format!("{:.*} ({:.*}–{:.*})", digits, x.median, digits, x.min, digits, x.max);
+    let mut out = format!(
+        "\n{} watches of {} nodes (one HTTP/2 connection each), an event every {} ms per watch, {} s windows, {} rounds; every Envoy one worker\n\n",
+        s.watches, s.nodes, s.event_interval_ms, s.window_s, s.rounds
+    );
+    out.push_str("| door | open s | Envoy heap MiB / 10k watches | Envoy RSS MiB / 10k watches (first round) | Envoy CPU ms / 10k watches opened | Envoy CPU ms / 1,000 events | events / s | apiserver connections |\n|---|---|---|---|---|---|---|---|\n");
+    for name in DOORS {
+        let Some(d) = s.doors.get(name) else { continue };
+        let envoy = |x: &Spread, digits: usize| if name == "direct" { "–".to_string() } else { m(x, digits) };
+        out.push_str(&format!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |\n",
+            m(&d.open_s, 2),
+            envoy(&d.envoy_heap_mib_per_10k_watches, 0),
+            if name == "direct" { "–".to_string() } else { format!("{:.0}", d.envoy_rss_mib_per_10k_watches_first_round) },
+            envoy(&d.envoy_cpu_ms_per_10k_watches_opened, 0),
+            envoy(&d.envoy_cpu_ms_per_1000_events, 1),
+            m(&d.events_per_s, 0),
+            m(&d.apiserver_connections, 0),
+        ));
+    }
+    out.push_str("\n| ratio to the plain L7 door (per round) | median | min–max |\n|---|---|---|\n");
+    for (k, v) in &s.ratios {
+        out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} |\n", v.median, v.min, v.max));
+    }
+    out
+}
