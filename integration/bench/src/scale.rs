@@ -55,6 +55,10 @@ pub struct Plan {
     pub event_interval: Duration,
     pub window: Duration,
     pub rounds: usize,
+    /// Each fake apiserver's runtime threads.
+    pub fake_threads: usize,
+    /// Only these doors (by name; empty: all five).
+    pub doors: Vec<String>,
 }
 
 /// One door's figures: per round, median and range.
@@ -117,7 +121,8 @@ struct Round {
 
 pub async fn run(plan: &Plan) -> Result<Scale> {
     let options = Options { concurrency: 1, filter: Some(FilterBuild::Native), ..Options::default() };
-    let door = FrontDoor::start(&three_fakes(), options).await.context("the native front door")?;
+    let fakes: Vec<_> = three_fakes().into_iter().map(|f| f.with_threads(plan.fake_threads)).collect();
+    let door = FrontDoor::start(&fakes, options).await.context("the native front door")?;
     let (tcp, tcp_topology) = door.another_envoy_of(FilterBuild::Wasm, tcp_proxy).await.context("the TCP proxy")?;
     let (plain, plain_topology) = door.another_envoy_of(FilterBuild::Wasm, plain_round_robin).await.context("the plain L7 Envoy")?;
     let (wasm, wasm_topology) = door.another_envoy_of(FilterBuild::Wasm, |yaml| yaml).await.context("the wasm front door")?;
@@ -133,6 +138,9 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
     for round in 0..plan.rounds {
         for i in round_order(DOORS.len(), round) {
             let (Some(name), Some((bases, pid))) = (DOORS.get(i), targets.get(i)) else { continue };
+            if !plan.doors.is_empty() && !plan.doors.iter().any(|d| d == name) {
+                continue;
+            }
             eprintln!("scale round {}/{}: {name} (load average {})", round + 1, plan.rounds, load::load_average());
             let r = one_door(&door, plan, bases, pid.as_ref()).await.with_context(|| format!("door {name}"))?;
             if let Some(rs) = rounds.get_mut(i) {
@@ -149,7 +157,7 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
         ..Scale::default()
     };
     let spread = |rs: &[Round], f: fn(&Round) -> f64| Spread::of(&rs.iter().map(f).collect::<Vec<_>>());
-    for (name, rs) in DOORS.iter().zip(&rounds) {
+    for (name, rs) in DOORS.iter().zip(&rounds).filter(|(_, rs)| !rs.is_empty()) {
         let mut figures = DoorFigures {
             open_s: spread(rs, |r| r.open_s),
             events_per_s: spread(rs, |r| r.events_per_s),
@@ -166,7 +174,7 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
         out.doors.insert((*name).to_string(), figures);
     }
     let plain_rounds = rounds.get(2).cloned().unwrap_or_default();
-    for (name, rs) in DOORS.iter().zip(&rounds).filter(|(n, _)| ["tcp-proxy", "wasm", "native"].contains(*n)) {
+    for (name, rs) in DOORS.iter().zip(&rounds).filter(|(n, rs)| ["tcp-proxy", "wasm", "native"].contains(*n) && !rs.is_empty() && !plain_rounds.is_empty()) {
         let figures: [Figure; 3] = [
             ("heap per watch", |r| r.heap_mib_per_10k),
             ("CPU per watch opened", |r| r.cpu_ms_per_10k_opened),

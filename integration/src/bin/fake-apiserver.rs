@@ -100,12 +100,24 @@ struct Args {
     /// open at once (announced in SETTINGS); kube-apiserver's default.
     #[arg(long, default_value_t = 1000)]
     http2_max_streams_per_connection: u32,
+    /// Runtime threads: 1 (the default) serves on the main thread, as the
+    /// tests run many fakes at once; a scale run's tens of thousands of
+    /// streams want more.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    let runtime = match a.threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?,
+    };
+    runtime.block_on(serve(a))
+}
+
+async fn serve(a: Args) -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let docs = Documents::load(&a.fixtures, &a.release)?;
     let mut auth = AuthConfig::default();
     if let Some(t) = &a.require_bearer_token {

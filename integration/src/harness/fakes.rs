@@ -34,6 +34,9 @@ pub struct FakeSpec {
     /// kube-apiserver's `--http2-max-streams-per-connection` (`None`: its
     /// default, 1000).
     pub http2_max_streams: Option<u32>,
+    /// Runtime threads (`--threads`; 1: one thread, as tests run many fakes
+    /// at once).
+    pub threads: usize,
 }
 
 /// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
@@ -59,7 +62,7 @@ pub fn three_fakes() -> Vec<FakeSpec> {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None, threads: 1 }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
@@ -79,6 +82,12 @@ impl FakeSpec {
     /// (`--http2-max-streams-per-connection`).
     pub fn with_http2_max_streams(mut self, n: u32) -> FakeSpec {
         self.http2_max_streams = Some(n);
+        self
+    }
+
+    /// Serves on `n` threads (a scale run's tens of thousands of streams).
+    pub fn with_threads(mut self, n: usize) -> FakeSpec {
+        self.threads = n;
         self
     }
 
@@ -204,6 +213,9 @@ pub fn start_fake(dir: &Path, spec: FakeSpec, port: u16) -> Result<Starting> {
     }
     if let Some(n) = spec.http2_max_streams {
         args.push(format!("--http2-max-streams-per-connection={n}"));
+    }
+    if spec.threads > 1 {
+        args.push(format!("--threads={}", spec.threads));
     }
     if spec.clock_skew != 0 {
         args.push(format!("--clock-skew={}", spec.clock_skew));

@@ -1,4 +1,4 @@
-//! `bench [--smoke] [--only PART] [--doors N,..] [--callgrind-dir DIR] [--out FILE]`: benchmarks the front door's variants side
+//! `bench [--smoke] [--only PART] [--doors N,..] [--callgrind-dir DIR] [--scale-nodes N] [--scale-rounds N] [--scale-doors D,..] [--out FILE]`: benchmarks the front door's variants side
 //! by side in one run (see BENCHMARKS.md). Run it through scripts/bench.sh,
 //! which builds release binaries and installs the load generators.
 
@@ -32,6 +32,14 @@ struct Args {
     /// `callgrind_annotate`).
     #[arg(long)]
     callgrind_dir: Option<PathBuf>,
+    /// With `--only scale`: simulated nodes (20 watches each), rounds, and
+    /// only these doors (`direct,tcp-proxy,plain-l7,wasm,native`).
+    #[arg(long)]
+    scale_nodes: Option<usize>,
+    #[arg(long)]
+    scale_rounds: Option<usize>,
+    #[arg(long, value_delimiter = ',')]
+    scale_doors: Vec<String>,
     /// Machine-readable results.
     #[arg(long, default_value = "bench/results.json")]
     out: PathBuf,
@@ -51,6 +59,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.crd_heavy_requests {
         settings.crd_heavy_requests = n;
+    }
+    if let Some(plan) = settings.scale.as_mut() {
+        plan.nodes = args.scale_nodes.unwrap_or(plan.nodes);
+        plan.rounds = args.scale_rounds.unwrap_or(plan.rounds);
+        plan.doors = args.scale_doors.clone();
     }
     if let Some(plan) = settings.count.as_mut() {
         plan.doors = args.doors.clone();
