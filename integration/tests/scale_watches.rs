@@ -210,3 +210,105 @@ async fn every_watch_comes_back_after_an_envoy_restart() {
     assert!(while_down.keys().all(|c| c == "no answer" || c == "503 Status"), "{while_down:?}");
     assert!(after_ready.keys().all(|c| c == "503 Status"), "{after_ready:?}");
 }
+
+/// Envoy's TLS handshakes whose stat names start with `prefix` (`listener.`:
+/// the clients'; `cluster.`: its own to the apiservers), summed.
+async fn handshakes(http: &reqwest::Client, admin: u16, prefix: &str) -> u64 {
+    let url = format!("http://127.0.0.1:{admin}/stats?filter=ssl\\.handshake$");
+    let text = match http.get(url).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    text.lines()
+        .filter(|l| l.starts_with(prefix) && !l.starts_with("listener.admin"))
+        .filter_map(|l| l.rsplit(": ").next()?.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// Both reconnect storms over TLS, counting handshakes (issue 48): what a
+/// storm costs the apiservers is a TLS handshake per *pool* connection the
+/// door opens, not one per client, as through a TCP proxy (where every
+/// client's TLS session ends at an apiserver: a restart of the proxy costs
+/// them one handshake per node; an apiserver that stops, one per node that
+/// was on it). After an Envoy restart every node handshakes with Envoy
+/// again and the apiservers see the new Envoy's pool and health-check
+/// connections, however many nodes; after an apiserver stops, no client
+/// handshakes at all (their connections to Envoy stay) and the surviving
+/// apiserver sees at most a few.
+#[tokio::test]
+async fn over_tls_a_storm_costs_the_apiservers_a_handshake_per_pool_connection() {
+    use integration::harness::secure::setup;
+    use integration::harness::watches::{Rewatching, rewatch};
+    let (nodes, per_node) = (env_or("MVP_STORM_NODES", 30), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
+    let total = nodes * per_node;
+    let mut s = setup(Options::default()).await;
+    let kubelet = s.pki.clients.client(s.pki_dir.path(), "kubelet", "system:node:node-0", &["system:nodes"]).unwrap();
+    let (mut envoy, topology) = s.door.another_envoy().await.unwrap();
+    let (admin, http) = (topology.ports.admin, s.door.http.clone());
+    let base = format!("https://127.0.0.1:{}", topology.ports.listen);
+    let mut watching: Vec<Rewatching> = Vec::new();
+    for n in 0..nodes {
+        let node = s.door.https(Some(&kubelet), true).unwrap();
+        for path in kubelet_watches(n, per_node, "hold=600") {
+            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
+        }
+    }
+    let live = |w: &[Rewatching]| w.iter().map(Rewatching::live).sum::<usize>();
+    let broken = |w: &[Rewatching]| w.iter().map(Rewatching::broken).sum::<usize>();
+    let bound = std::time::Duration::from_secs(60);
+    integration::harness::wait_for("every watch held", bound, || async { (live(&watching) == total).then_some(()) }).await.unwrap();
+    // Connections the apiservers accepted, as each counts them (its own
+    // certificate is not what this checks; one client, so its own
+    // connection is counted once, before any baseline).
+    let fakes_client = reqwest::Client::builder().no_proxy().danger_accept_invalid_certs(true).timeout(std::time::Duration::from_secs(5)).build().unwrap();
+    let accepted = async |door: &FrontDoor, except: &str| {
+        let mut n = 0;
+        for f in door.fakes.iter().filter(|f| f.spec.name != except) {
+            n += f.stats(&fakes_client).await.and_then(|v| v["connectionsAccepted"].as_u64()).unwrap_or(0);
+        }
+        n
+    };
+    accepted(&s.door, "").await;
+    // An Envoy restart: every client connection ends and comes back.
+    let clients_before = accepted(&s.door, "").await;
+    envoy.kill();
+    integration::harness::wait_for("every watch's stream ended", bound, || async { (broken(&watching) >= total).then_some(()) }).await.unwrap();
+    let _envoy = s.door.restart_another_envoy(&topology).await.unwrap();
+    integration::harness::wait_for("every watch back", bound, || async { (live(&watching) == total).then_some(()) }).await.unwrap();
+    let restart = (handshakes(&http, admin, "listener.").await, accepted(&s.door, "").await - clients_before);
+    // An apiserver stops: its streams end, the clients watch again.
+    let victim = "v130";
+    let (down_before, envoy_before, apiservers_before) = (handshakes(&http, admin, "listener.").await, handshakes(&http, admin, "cluster.").await, accepted(&s.door, victim).await);
+    let broken_before = broken(&watching);
+    s.door.fake_mut(victim).proc.kill();
+    integration::harness::wait_for("every watch back", bound, || async { (broken(&watching) > broken_before && live(&watching) == total).then_some(()) }).await.unwrap();
+    let moved = broken(&watching) - broken_before;
+    let stop = (
+        handshakes(&http, admin, "listener.").await - down_before,
+        handshakes(&http, admin, "cluster.").await - envoy_before,
+        accepted(&s.door, victim).await - apiservers_before,
+    );
+    let mut errors = std::collections::BTreeMap::<String, usize>::new();
+    for (class, n) in watching.iter().flat_map(Rewatching::errors) {
+        *errors.entry(class).or_default() += n;
+    }
+    eprintln!(
+        "TLS storms, {total} watches of {nodes} nodes: Envoy restart — {} client handshakes with Envoy, {} connections accepted by the apiservers (a TCP proxy: {nodes}); {victim} stopped, {moved} watches moved — {} client handshakes, {} Envoy handshakes to the apiservers, {} connections accepted by the survivor (a TCP proxy: one per node that was on {victim}); answers other than a watch: {errors:?}",
+        restart.0, restart.1, stop.0, stop.1, stop.2
+    );
+    for w in watching {
+        w.end().await;
+    }
+    // Per apiserver: the watches' pool (one connection per worker, one
+    // more per 1,000 streams), and one health-check connection per cluster
+    // that checks it (over TLS four: the plain and the requestheader
+    // clusters and their HTTP/1.1 twins), whatever the number of nodes.
+    let fakes = s.door.fakes.len() as u64;
+    let pool = fakes * (1 + total.div_ceil(1000) as u64);
+    let health_checks = 4 * fakes;
+    assert!(restart.0 >= nodes as u64, "every node handshakes with the restarted Envoy: {restart:?}");
+    assert!(restart.1 <= pool + health_checks, "an Envoy restart cost the apiservers {} connections", restart.1);
+    assert_eq!(stop.0, 0, "no client handshakes when an apiserver stops");
+    assert!(stop.2 <= pool, "an apiserver stop cost the survivor {} connections", stop.2);
+    assert!(errors.keys().all(|c| c == "503 Status" || c == "no answer"), "{errors:?}");
+}
