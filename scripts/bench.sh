@@ -7,4 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 scripts/build.sh --release
+# The kube-mvp part runs real kube-apiservers of the newest release (built
+# once, cached outside the work tree; etcd installed by the first script).
+scripts/kube-apiserver.sh >/dev/null
+scripts/kube-release.sh "$(head -n1 scripts/kube-releases)" >/dev/null
 MVP_BIN_DIR=$PWD/target/release exec target/release/bench "$@"

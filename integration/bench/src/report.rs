@@ -249,6 +249,9 @@ pub fn render_table(r: &Results) -> String {
     if let Some(scale) = &r.scale {
         out.push_str(&super::scale::render(scale));
     }
+    if let Some(k) = &r.kube_mvp {
+        out.push_str(&super::kube_mvp::render(k));
+    }
     out.push_str("\n| /apis, three apiservers with the real v1.37 document | p50 ms | p99 ms |\n|---|---|---|\n");
     for (k, v) in &r.discovery {
         out.push_str(&format!("| {k} | {:.3} | {:.3} |\n", v.p50_ms, v.p99_ms));

@@ -15,6 +15,7 @@ pub fn sections(part: &str) -> &'static [&'static str] {
         "discovery" => &["discovery", "discovery_added_ms", "discovery_paired", "discovery_paired_added_ms", "crd_heavy"],
         "instructions" => &["instructions", "counted_ratios"],
         "scale" => &["scale"],
+        "kube-mvp" => &["kube_mvp"],
         _ => &[],
     }
 }

@@ -32,20 +32,7 @@ use mvp_contract::envoy::APISERVERS_CLUSTER;
 
 use super::load::Spread;
 use super::order::round_order;
-use super::{load, rss_mib};
-
-/// A process's CPU time so far, ms, summed over its threads' scheduler
-/// counters (nanoseconds; `/proc/PID/stat` counts 10 ms ticks, too coarse
-/// for a door's CPU in a few seconds).
-fn cpu_ms(pid: u32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e6
-}
+use super::{cpu_ms, load, rss_mib};
 
 /// How big a scale run is.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{instructions, scale};
+use super::{instructions, kube_mvp, scale};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -43,6 +43,8 @@ pub struct Settings {
     pub count: Option<instructions::Plan>,
     /// Many nodes' watches through five doors ([`scale`]).
     pub scale: Option<scale::Plan>,
+    /// Kube's own MVP beside the front door ([`kube_mvp`]).
+    pub kube_mvp: Option<kube_mvp::Plan>,
 }
 
 impl Settings {
@@ -71,6 +73,7 @@ impl Settings {
             // 6,000 watches: the reconnect storms' size (scale_watches.rs);
             // an event every 2 s per watch is 3,000 events/s.
             scale: Some(scale::Plan { nodes: 300, watches_per_node: 20, event_interval: Duration::from_secs(2), window: Duration::from_secs(10), rounds: 3, fake_threads: 2, doors: vec![] }),
+            kube_mvp: Some(kube_mvp::Plan { requests: 200, rounds: 6 }),
         }
     }
 
@@ -95,6 +98,7 @@ impl Settings {
             discovery: true,
             count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1), doors: vec![], keep: None }),
             scale: Some(scale::Plan { nodes: 4, watches_per_node: 5, event_interval: Duration::from_millis(200), window: Duration::from_secs(1), rounds: 1, fake_threads: 1, doors: vec![] }),
+            kube_mvp: Some(kube_mvp::Plan { requests: 5, rounds: 1 }),
         }
     }
 }

@@ -110,6 +110,17 @@ fn every_variant_produces_numbers() {
         }
     }
     assert_eq!(scale["ratios"].as_object().map(|m| m.len()), Some(9), "{scale}");
+    // Kube's MVP beside the front door: every door and path answered 200,
+    // with latency and every process's CPU.
+    let kube = &r["kube_mvp"];
+    let cells = kube["doors"].as_object().unwrap();
+    assert_eq!(cells.len(), 6, "{kube}");
+    for (k, d) in cells {
+        assert_eq!(d["statuses"].as_object().map(|s| s.keys().cloned().collect::<Vec<_>>()), Some(vec!["200".to_string()]), "{k}: {d}");
+        assert!(d["latency"]["p50_ms"].as_f64().unwrap() > 0.0 && d["cpu_ms_per_request_total"]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
+        assert!(d["cpu_ms_per_request"].as_object().unwrap().contains_key("kas-b"), "{k}: {d}");
+    }
+    assert_eq!(kube["ratios"].as_object().map(|m| m.len()), Some(3), "{kube}");
     assert_eq!(r["targets"].as_array().unwrap().len(), 13);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);

@@ -311,7 +311,12 @@ impl RealControlPlane {
     /// The front door (TLS, this PKI) in front of every apiserver, once each
     /// is open in its table and its OpenAPI documents are merged.
     pub async fn front_door(&self) -> Result<super::FrontDoor> {
-        let door = super::FrontDoor::in_front_of(self.members(), super::Options { tls: Some(self.pki.clone()), ..Default::default() }).await?;
+        self.front_door_with(super::Options::default()).await
+    }
+
+    /// [`RealControlPlane::front_door`] with other options (TLS is this PKI's).
+    pub async fn front_door_with(&self, options: super::Options) -> Result<super::FrontDoor> {
+        let door = super::FrontDoor::in_front_of(self.members(), super::Options { tls: Some(self.pki.clone()), ..options }).await?;
         let n = self.apiservers.len();
         door.wait_table_published(|t| {
             t["apiservers"].as_array().is_some_and(|a| a.iter().filter(|s| s["open"] == true).count() == n)
