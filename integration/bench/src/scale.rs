@@ -46,6 +46,8 @@ pub struct Plan {
     pub fake_threads: usize,
     /// Only these doors (by name; empty: all five).
     pub doors: Vec<String>,
+    /// The smaller run against real kube-apiservers (none: not run).
+    pub real: Option<super::scale_real::Plan>,
 }
 
 /// One door's figures: per round, median and range.
@@ -82,6 +84,8 @@ pub struct Scale {
     pub doors: BTreeMap<String, DoorFigures>,
     /// `<door>/plain-l7 <figure>`: per-round ratios.
     pub ratios: BTreeMap<String, Spread>,
+    /// The smaller run against real kube-apiservers.
+    pub real: Option<super::scale_real::RealScale>,
 }
 
 const DOORS: [&str; 5] = ["direct", "tcp-proxy", "plain-l7", "wasm", "native"];
@@ -121,6 +125,10 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
         envoy(&wasm_topology, wasm.pid()),
         envoy(&door.topology, door.envoy.pid()),
     ];
+    let real = match &plan.real {
+        Some(p) => Some(super::scale_real::run(p).await.context("against real kube-apiservers")?),
+        None => None,
+    };
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); DOORS.len()];
     for round in 0..plan.rounds {
         for i in round_order(DOORS.len(), round) {
@@ -141,6 +149,7 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
         event_interval_ms: plan.event_interval.as_millis() as u64,
         window_s: plan.window.as_secs_f64(),
         rounds: plan.rounds,
+        real,
         ..Scale::default()
     };
     let spread = |rs: &[Round], f: fn(&Round) -> f64| Spread::of(&rs.iter().map(f).collect::<Vec<_>>());
@@ -310,6 +319,9 @@ pub fn render(s: &Scale) -> String {
     out.push_str("\n| ratio to the plain L7 door (per round) | median | min–max |\n|---|---|---|\n");
     for (k, v) in &s.ratios {
         out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} |\n", v.median, v.min, v.max));
+    }
+    if let Some(real) = &s.real {
+        out.push_str(&super::scale_real::render(real));
     }
     out
 }

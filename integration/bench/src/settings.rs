@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{instructions, kube_mvp, scale};
+use super::{instructions, kube_mvp, scale, scale_real};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -72,7 +72,7 @@ impl Settings {
             count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5), doors: vec![], keep: None }),
             // 6,000 watches: the reconnect storms' size (scale_watches.rs);
             // an event every 2 s per watch is 3,000 events/s.
-            scale: Some(scale::Plan { nodes: 300, watches_per_node: 20, event_interval: Duration::from_secs(2), window: Duration::from_secs(10), rounds: 3, fake_threads: 2, doors: vec![] }),
+            scale: Some(scale::Plan { nodes: 300, watches_per_node: 20, event_interval: Duration::from_secs(2), window: Duration::from_secs(10), rounds: 3, fake_threads: 2, doors: vec![], real: Some(scale_real::Plan { nodes: 100, watches_per_node: 20 }) }),
             kube_mvp: Some(kube_mvp::Plan { requests: 200, rounds: 6 }),
         }
     }
@@ -97,7 +97,7 @@ impl Settings {
             variants: true,
             discovery: true,
             count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1), doors: vec![], keep: None }),
-            scale: Some(scale::Plan { nodes: 4, watches_per_node: 5, event_interval: Duration::from_millis(200), window: Duration::from_secs(1), rounds: 1, fake_threads: 1, doors: vec![] }),
+            scale: Some(scale::Plan { nodes: 4, watches_per_node: 5, event_interval: Duration::from_millis(200), window: Duration::from_secs(1), rounds: 1, fake_threads: 1, doors: vec![], real: Some(scale_real::Plan { nodes: 3, watches_per_node: 5 }) }),
             kube_mvp: Some(kube_mvp::Plan { requests: 5, rounds: 1 }),
         }
     }

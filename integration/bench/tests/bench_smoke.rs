@@ -110,6 +110,16 @@ fn every_variant_produces_numbers() {
         }
     }
     assert_eq!(scale["ratios"].as_object().map(|m| m.len()), Some(9), "{scale}");
+    // The same against two real kube-apiservers: a connection per node
+    // directly, one per apiserver through an L7 door.
+    let real = &scale["real"];
+    let doors = real["doors"].as_object().unwrap();
+    assert_eq!(doors.keys().collect::<Vec<_>>(), ["direct", "native", "plain-l7"], "{real}");
+    assert_eq!(doors["direct"]["apiserver_connections"].as_u64(), real["nodes"].as_u64(), "{real}");
+    for k in ["native", "plain-l7"] {
+        assert!(doors[k]["apiserver_connections"].as_u64().unwrap() <= 2, "{k}: {real}");
+        assert!(doors[k]["envoy_heap_mib"].as_f64().unwrap() > 0.0, "{k}: {real}");
+    }
     // Kube's MVP beside the front door: every door and path answered 200,
     // with latency and every process's CPU.
     let kube = &r["kube_mvp"];

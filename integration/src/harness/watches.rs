@@ -7,6 +7,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// [`Held::statuses`]' status of a watch answered 200 whose first event
+/// was an ERROR (kube's way to refuse a watch after its headers).
+pub const WATCH_ERROR: u16 = 599;
+
 /// Watches held open until [`Held::end`], reading what their streams carry
 /// after the first event, as a client does.
 pub struct Held {
@@ -68,7 +72,10 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
                 let first = tokio::time::timeout(Duration::from_secs(15), async {
                     let mut resp = client.get(&url).send().await.ok()?;
                     let status = resp.status().as_u16();
-                    resp.chunk().await.ok()??;
+                    let first = resp.chunk().await.ok()??;
+                    // kube answers a watch it cannot serve with 200 and an
+                    // ERROR event, then ends it: not a watch held.
+                    let status = if status == 200 && first.starts_with(br#"{"type":"ERROR""#) { WATCH_ERROR } else { status };
                     Some((status, resp))
                 })
                 .await
