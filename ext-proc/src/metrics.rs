@@ -23,6 +23,12 @@ struct ApiserverLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiserverResultLabels {
+    apiserver: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -55,6 +61,8 @@ pub struct Metrics {
     peer_aggregated_hits: Counter,
     peer_aggregated_misses: Counter,
     peer_aggregated_builds: Histogram,
+    openapi_merges: Family<ResultLabels, Counter>,
+    openapi_reads: Family<ApiserverResultLabels, Counter>,
     nopeer_requests: Counter,
     rewrites: Family<RewriteLabels, Counter>,
     open: Family<ApiserverLabels, Gauge>,
@@ -84,6 +92,8 @@ impl Metrics {
             peer_aggregated_misses: Counter::default(),
             // 5 ms … ~10 s: a small cluster's rebuild to a 60 MB document's.
             peer_aggregated_builds: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.005, 2.0, 12)),
+            openapi_merges: Family::default(),
+            openapi_reads: Family::default(),
             nopeer_requests: Counter::default(),
             rewrites: Family::default(),
             open: Family::default(),
@@ -130,6 +140,16 @@ impl Metrics {
             "mvp_peer_aggregated_build_duration_seconds",
             "Time to merge and encode the peer-aggregated /apis after a change (groups whose inputs did not change are reused)",
             m.peer_aggregated_builds.clone(),
+        );
+        registry.register(
+            "mvp_openapi_merges",
+            "Merged OpenAPI documents published after a change of the members' documents, by how (built: merged from scratch; recent: the same documents as one of the last merges, taken from it)",
+            m.openapi_merges.clone(),
+        );
+        registry.register(
+            "mvp_apiserver_openapi_reads",
+            "Reads of an apiserver's OpenAPI documents, by result (changed: new documents, merged again; unchanged: the same as it had, nothing merged)",
+            m.openapi_reads.clone(),
         );
         registry.register(
             "aggregator_discovery_nopeer_requests",
@@ -221,6 +241,17 @@ impl Metrics {
     pub fn peer_aggregated_rebuilt(&self, took: std::time::Duration) {
         self.peer_aggregated_misses.inc();
         self.peer_aggregated_builds.observe(took.as_secs_f64());
+    }
+
+    /// A merged OpenAPI published: `built` from scratch, or a recent one.
+    pub fn openapi_merged(&self, built: bool) {
+        self.openapi_merges.get_or_create(&ResultLabels { result: if built { "built" } else { "recent" }.to_string() }).inc();
+    }
+
+    /// An apiserver's OpenAPI documents read: new ones, or the same.
+    pub fn openapi_read(&self, apiserver: &str, changed: bool) {
+        let result = if changed { "changed" } else { "unchanged" }.to_string();
+        self.openapi_reads.get_or_create(&ApiserverResultLabels { apiserver: apiserver.to_string(), result }).inc();
     }
 
     pub fn nopeer_request(&self) {

@@ -314,7 +314,7 @@ fn follow_states(
         tokio::spawn(table.run(states.clone())),
         tokio::spawn(endpoints.run(states.clone())),
         tokio::spawn(DiscoveryPlane::new(merged_tx, metrics.clone()).run(states.clone())),
-        tokio::spawn(OpenApiPlane::new(openapi_tx).run(states.clone())),
+        tokio::spawn(OpenApiPlane::new(openapi_tx, metrics.clone()).run(states.clone())),
     ];
     if let Some(file) = state_file {
         let restored = persisting(&states.borrow().members);

@@ -246,6 +246,55 @@ async fn two_envoys_share_one_mvp_ext_proc() {
     assert!(metrics.lines().filter(|l| l.starts_with("mvp_xds_nacks_total{")).all(|l| l.ends_with(" 0")), "an Envoy rejected a push: {metrics}");
 }
 
+/// A member that departs and comes back with the same documents (a
+/// restart) costs no OpenAPI merge: its documents are read again against
+/// the ones it had (their ETags) and stay the same, so nothing is merged —
+/// or, where the set without it was merged, that merge is taken again
+/// (`mvp_openapi_merges_total{result="recent"}`). A merge from scratch is
+/// 0.7–2.3 s of CPU at CRD scale, which a reconnect storm or a flapping
+/// member would pay on every change (issue 48). Before, its documents were
+/// read afresh, new to the merge: one built on every return.
+#[tokio::test]
+async fn a_member_back_with_the_same_documents_costs_no_openapi_merge() {
+    let mut door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33")], Options { membership: Some("leases"), ..Options::default() })
+        .await
+        .unwrap();
+    // (OpenAPI merges built, recent; v137's OpenAPI reads changed, unchanged)
+    let counts = |door: &FrontDoor| {
+        let (http, url) = (door.http.clone(), format!("http://127.0.0.1:{}/metrics", door.metrics_port));
+        async move {
+            let text = http.get(url).send().await.ok()?.text().await.ok()?;
+            let count = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<u64>().ok()).unwrap_or(0);
+            let read = |result: &str| count(&format!("mvp_apiserver_openapi_reads_total{{apiserver=\"apiserver-v137\",result=\"{result}\"}}"));
+            Some((count("mvp_openapi_merges_total{result=\"built\"}"), count("mvp_openapi_merges_total{result=\"recent\"}"), read("changed"), read("unchanged")))
+        }
+    };
+    let sources = |n: usize| move |t: &serde_json::Value| t["openapi"]["sources"].as_array().is_some_and(|s| s.len() == n);
+    door.wait_table_published(sources(2)).await.unwrap();
+    door.add_fake(FakeSpec::new("v137", "v1.37")).await.unwrap();
+    door.wait_table_published(sources(3)).await.unwrap();
+    let before = counts(&door).await.unwrap();
+    assert!(before.0 >= 2 && before.2 >= 1, "two sets merged, v137's documents read: {before:?}");
+    // It crashes (its lease no longer renewed: departed), then restarts.
+    let spec = door.fake("v137").spec.clone();
+    door.fake_mut("v137").proc.kill();
+    door.wait_table_published(|t| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "apiserver-v137" && s["departed"] == true)))
+        .await
+        .unwrap();
+    door.restart_fake("v137", spec).await.unwrap();
+    // Back, and its OpenAPI documents read again.
+    let after = wait_for("v137's documents read again", Duration::from_secs(30), || async {
+        let c = counts(&door).await?;
+        (c.2 + c.3 > before.2 + before.3).then_some(c)
+    })
+    .await
+    .unwrap();
+    eprintln!("(merges built, recent, v137 reads changed, unchanged): {before:?} before the crash, {after:?} once back");
+    assert_eq!((after.2, after.0), (before.2, before.0), "back with the same documents: read as unchanged, no merge built");
+    let keys = door.get_json(&door.http, "/openapi/v3").await.unwrap().1;
+    assert!(keys["paths"].as_object().is_some_and(|p| p.keys().any(|k| k.contains("lifecycle.k8s.io"))), "v1.37's group is in the merged index: {keys}");
+}
+
 /// A member that leaves every source (crashed: its lease is no longer
 /// renewed and its endpoint is gone) is closed at once: its exclusive API
 /// answers the 503 Status — never a 404 — for the departed retention.

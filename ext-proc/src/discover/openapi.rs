@@ -25,6 +25,14 @@ pub(super) struct OpenApiRead {
 }
 
 impl Discoverer {
+    /// Documents this server had (a member back after it departed): the
+    /// next read asks whether they changed (their ETags) and keeps them —
+    /// the same `Arc`s — if not.
+    pub fn seed_openapi(&mut self, docs: Arc<ServerOpenApi>) {
+        self.openapi = Some(OpenApiRead { view: Arc::new(ServerView::default()), at: Instant::now(), docs });
+        self.force_openapi = true;
+    }
+
     /// The apiserver's OpenAPI documents for its current `view`: the last
     /// read's (same `Arc`) while nothing is due, else re-read.
     pub async fn read_openapi(&mut self, address: Option<std::net::SocketAddr>, view: &Arc<ServerView>) -> Result<Arc<ServerOpenApi>, DiscoveryError> {
@@ -76,6 +84,10 @@ impl Discoverer {
         match self.get(client, path, accept, etag).await? {
             Fetched::NotModified => Ok(prev.cloned()),
             Fetched::NotFound => Ok(None),
+            // A document without an ETag (kube's `/openapi/v3` index) comes
+            // whole every time: the same bytes are the same document, or
+            // every read would make a new one and the merge run again.
+            Fetched::Ok { body, .. } if prev.is_some_and(|p| p.body.as_ref() == body.as_slice()) => Ok(prev.cloned()),
             Fetched::Ok { body, etag, .. } => {
                 check(&body).map_err(|e| DiscoveryError::Fetch { path: format!("{path} ({accept})"), source: FetchError::Invalid(e) })?;
                 Ok(Some(Arc::new(Document { etag, body: Bytes::from(body) })))

@@ -315,7 +315,9 @@ impl Syncer {
                 let state = &mut slot.state;
                 match result {
                     Ok(docs) => {
-                        if !state.openapi.as_ref().is_some_and(|o| Arc::ptr_eq(o, &docs)) {
+                        let changed = !state.openapi.as_ref().is_some_and(|o| Arc::ptr_eq(o, &docs));
+                        metrics.openapi_read(&state.spec.name, changed);
+                        if changed {
                             state.openapi = Some(docs);
                         }
                     }

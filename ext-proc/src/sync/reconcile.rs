@@ -27,8 +27,7 @@ impl Syncer {
         state.gated = gated;
         state.incarnation = d.incarnation.clone();
         let wake = Arc::new(Notify::new());
-        let discoverer = Discoverer::new(&d.spec, self.transport.clone(), self.options.discovery.clone(), self.known.clone());
-        let task = tokio::spawn(poll::poll(id, d.spec.clone(), discoverer, self.options.interval, self.reports_tx.clone(), wake.clone()));
+        let mut discoverer = Discoverer::new(&d.spec, self.transport.clone(), self.options.discovery.clone(), self.known.clone());
         // A departed entry of the same name (or address) comes back as this one.
         if let Some(i) = self.slots.iter().position(|s| s.state.spec.name == d.spec.name || s.state.spec.url == d.spec.url) {
             let old = self.slots.remove(i);
@@ -36,7 +35,14 @@ impl Syncer {
                 state.view = old.state.view.clone();
                 state.openapi = old.state.openapi.clone();
             }
+            // Its OpenAPI documents read again against the ones it had: the
+            // same documents stay the same `Arc`s, so the merge from before
+            // it left is taken again, not rebuilt (`merge::openapi_plane`).
+            if let Some(docs) = &old.state.openapi {
+                discoverer.seed_openapi(docs.clone());
+            }
         }
+        let task = tokio::spawn(poll::poll(id, d.spec.clone(), discoverer, self.options.interval, self.reports_tx.clone(), wake.clone()));
         self.insert(Slot { id, state, wake, task: Some(task) });
     }
 
