@@ -122,6 +122,7 @@ async fn killing_or_stopping_either_replica_under_load_changes_nothing() {
     after_requests(&tally, 500).await;
 
     let eds = xds_versions(&door).await;
+    both_replicas_healthy(&door).await;
     door.ext_proc.kill();
     after_requests(&tally, 1000).await;
     assert_eq!(apis(&door).await, before, "the standby's /apis is not the same bytes and ETag");
@@ -250,6 +251,15 @@ async fn ads_streams(door: &FrontDoor, port: u16) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("mvp_xds_streams ")?.trim().parse().ok())
 }
 
+/// Envoy's health checks pass for both replicas.
+async fn both_replicas_healthy(door: &FrontDoor) {
+    wait_for("Envoy to see both replicas healthy", Duration::from_secs(30), || async {
+        (door.envoy_stat("cluster.mvp_ext_proc.membership_healthy").await? == 2).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
 async fn wait_for_stream(door: &FrontDoor, what: &str, port: u16) {
     wait_for(what, Duration::from_secs(30), || async { (ads_streams(door, port).await? == 1).then_some(()) }).await.unwrap();
 }
@@ -265,6 +275,12 @@ async fn an_ads_stream_comes_back_to_the_preferred_replica() {
     let (preferred, standby) = (door.metrics_port, door.standby_topology(0).unwrap().ports.metrics);
     wait_for_stream(&door, "Envoy's ADS stream on the preferred replica", preferred).await;
 
+    // A failover needs a standby that passed Envoy's health checks (two,
+    // 0.25 s apart, after its first table): killed before that, both
+    // ext_proc filters found no healthy replica and fell open (8 `/apis` of
+    // one server in one CI run), as they would in any cluster killed while
+    // its only other replica starts.
+    both_replicas_healthy(&door).await;
     let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
     let tasks = load_paths(PATHS_AND_APIS, &door, 2, stop.clone(), tally.clone(), &[]);
     door.ext_proc.kill();
