@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use integration::harness::watches::{Held, hold_watches, kubelet_watches};
+use integration::harness::watches::{Held, Rewatching, hold_watches, kubelet_watches, rewatch};
 use integration::harness::{FrontDoor, Options, three_fakes};
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -104,6 +104,35 @@ async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
     assert!(plain_cost.apiserver_connections <= fakes + more, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
 }
 
+/// A client of its own, HTTP/2 with prior knowledge: one node's connection.
+fn h2c() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap()
+}
+
+/// Every node's kubelet watches (`hold=600`) through `base`, each node on
+/// a client of its own (one connection), each watch asked for again when
+/// its stream ends ([`rewatch`]).
+fn nodes_rewatching(nodes: usize, per_node: usize, base: &str, client: impl Fn() -> reqwest::Client) -> Vec<Rewatching> {
+    let mut watching = Vec::new();
+    for n in 0..nodes {
+        let node = client();
+        for path in kubelet_watches(n, per_node, "hold=600") {
+            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
+        }
+    }
+    watching
+}
+
+/// Watches whose current stream got its first event.
+fn live(w: &[Rewatching]) -> usize {
+    w.iter().map(Rewatching::live).sum()
+}
+
+/// Streams that ended while their watch was wanted.
+fn broken(w: &[Rewatching]) -> usize {
+    w.iter().map(Rewatching::broken).sum()
+}
+
 /// A reconnect storm: an apiserver holding a third of the nodes' watches
 /// stops (SIGKILL: no GOAWAY, no shutdown), every stream it held ends, and
 /// each client watches again at once (client-go's reflector, without its
@@ -111,19 +140,10 @@ async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
 /// 10 s (issue 48), and no client got anything but a watch or the 503 Status.
 #[tokio::test]
 async fn watches_on_a_stopped_apiserver_come_back_within_seconds() {
-    use integration::harness::watches::{Rewatching, rewatch};
     let (nodes, per_node) = (env_or("MVP_STORM_NODES", 30), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
     let total = nodes * per_node;
     let mut door = FrontDoor::start(&three_fakes(), Options::default()).await.unwrap();
-    let mut watching: Vec<Rewatching> = Vec::new();
-    for n in 0..nodes {
-        let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
-        for path in kubelet_watches(n, per_node, "hold=600") {
-            watching.push(rewatch(&node, &door.url(&path), 1));
-        }
-    }
-    let live = |w: &[Rewatching]| w.iter().map(Rewatching::live).sum::<usize>();
-    let broken = |w: &[Rewatching]| w.iter().map(Rewatching::broken).sum::<usize>();
+    let watching = nodes_rewatching(nodes, per_node, &door.url(""), h2c);
     integration::harness::wait_for("every watch held", std::time::Duration::from_secs(60), || async { (live(&watching) == total).then_some(()) }).await.unwrap();
     // Each watch is one resource request: the victim's count is what it holds.
     let victim = "v133";
@@ -159,21 +179,11 @@ async fn watches_on_a_stopped_apiserver_come_back_within_seconds() {
 /// Status.
 #[tokio::test]
 async fn every_watch_comes_back_after_an_envoy_restart() {
-    use integration::harness::watches::{Rewatching, rewatch};
     let (nodes, per_node) = (env_or("MVP_STORM_NODES", 30), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
     let total = nodes * per_node;
     let door = FrontDoor::start(&three_fakes(), Options::default()).await.unwrap();
     let (mut envoy, topology) = door.another_envoy().await.unwrap();
-    let base = format!("http://127.0.0.1:{}", topology.ports.listen);
-    let mut watching: Vec<Rewatching> = Vec::new();
-    for n in 0..nodes {
-        let node = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
-        for path in kubelet_watches(n, per_node, "hold=600") {
-            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
-        }
-    }
-    let live = |w: &[Rewatching]| w.iter().map(Rewatching::live).sum::<usize>();
-    let broken = |w: &[Rewatching]| w.iter().map(Rewatching::broken).sum::<usize>();
+    let watching = nodes_rewatching(nodes, per_node, &format!("http://127.0.0.1:{}", topology.ports.listen), h2c);
     let bound = std::time::Duration::from_secs(60);
     integration::harness::wait_for("every watch held", bound, || async { (live(&watching) == total).then_some(()) }).await.unwrap();
     envoy.kill();
@@ -238,7 +248,6 @@ async fn handshakes(http: &reqwest::Client, admin: u16, prefix: &str) -> u64 {
 #[tokio::test]
 async fn over_tls_a_storm_costs_the_apiservers_a_handshake_per_pool_connection() {
     use integration::harness::secure::setup;
-    use integration::harness::watches::{Rewatching, rewatch};
     let (nodes, per_node) = (env_or("MVP_STORM_NODES", 30), env_or("MVP_SCALE_WATCHES_PER_NODE", 20));
     let total = nodes * per_node;
     let mut s = setup(Options::default()).await;
@@ -246,15 +255,7 @@ async fn over_tls_a_storm_costs_the_apiservers_a_handshake_per_pool_connection()
     let (mut envoy, topology) = s.door.another_envoy().await.unwrap();
     let (admin, http) = (topology.ports.admin, s.door.http.clone());
     let base = format!("https://127.0.0.1:{}", topology.ports.listen);
-    let mut watching: Vec<Rewatching> = Vec::new();
-    for n in 0..nodes {
-        let node = s.door.https(Some(&kubelet), true).unwrap();
-        for path in kubelet_watches(n, per_node, "hold=600") {
-            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
-        }
-    }
-    let live = |w: &[Rewatching]| w.iter().map(Rewatching::live).sum::<usize>();
-    let broken = |w: &[Rewatching]| w.iter().map(Rewatching::broken).sum::<usize>();
+    let watching = nodes_rewatching(nodes, per_node, &base, || s.door.https(Some(&kubelet), true).unwrap());
     let bound = std::time::Duration::from_secs(60);
     integration::harness::wait_for("every watch held", bound, || async { (live(&watching) == total).then_some(()) }).await.unwrap();
     // Connections the apiservers accepted, as each counts them (its own

@@ -123,6 +123,18 @@ fn cpu_ms(pid: u32) -> f64 {
     ns as f64 / 1e6
 }
 
+/// The heap an Envoy's allocator has in use now, MiB, from its admin's
+/// `/memory` (the `server.memory_allocated` gauge moves only at a stats
+/// flush); 0 without an Envoy or an answer.
+async fn envoy_heap_mib(http: &reqwest::Client, admin: Option<u16>) -> f64 {
+    let Some(admin) = admin else { return 0.0 };
+    let v: serde_json::Value = match http.get(format!("http://127.0.0.1:{admin}/memory")).send().await {
+        Ok(r) => r.json().await.unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    };
+    v["allocated"].as_str().and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0) / (1024.0 * 1024.0)
+}
+
 fn rss_mib(pid: u32) -> f64 {
     integration::harness::process::rss_kib(pid) as f64 / 1024.0
 }

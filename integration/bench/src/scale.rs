@@ -32,7 +32,7 @@ use mvp_contract::envoy::APISERVERS_CLUSTER;
 
 use super::load::Spread;
 use super::order::round_order;
-use super::{cpu_ms, load, rss_mib};
+use super::{cpu_ms, envoy_heap_mib, load, rss_mib};
 
 /// How big a scale run is.
 #[derive(Debug, Clone)]
@@ -55,8 +55,8 @@ pub struct Plan {
 pub struct DoorFigures {
     /// Seconds until every watch got its first event.
     pub open_s: Spread,
-    /// Envoy's heap in use (its allocator's `server.memory_allocated`)
-    /// once every watch is open, over before: MiB per 10,000 watches.
+    /// Envoy's heap in use (its allocator's, admin `/memory`) once every
+    /// watch is open, over before: MiB per 10,000 watches.
     pub envoy_heap_mib_per_10k_watches: Spread,
     /// Envoy's RSS growth, MiB per 10,000 watches: the first round only
     /// (the allocator keeps what the watches freed, so a later round's
@@ -213,17 +213,7 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
     };
     let watches = plan.nodes * plan.watches_per_node;
     let query = format!("hold=3600&events_every_ms={}", plan.event_interval.as_millis());
-    // Asked of the admin's `/memory` (the allocator's figure now; the
-    // `server.memory_allocated` gauge moves only at a stats flush).
-    let heap = || async {
-        let Some((_, t)) = envoy else { return 0.0 };
-        let url = format!("http://127.0.0.1:{}/memory", t.ports.admin);
-        let v: serde_json::Value = match door.http.get(url).send().await {
-            Ok(r) => r.json().await.unwrap_or_default(),
-            Err(_) => serde_json::Value::Null,
-        };
-        v["allocated"].as_str().and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0) / (1024.0 * 1024.0)
-    };
+    let heap = || envoy_heap_mib(&door.http, envoy.map(|(_, t)| t.ports.admin));
     let (rss_before, heap_before, connections_before) = (pid.map(rss_mib).unwrap_or(0.0), heap().await, fake_connections().await);
     let cpu = || pid.map(cpu_ms).unwrap_or(0.0);
     let (cpu_before, started) = (cpu(), Instant::now());

@@ -29,6 +29,8 @@ use integration::harness::real::{RealControlPlane, Release, Spec, TOKENS};
 use integration::harness::watches::{Held, established_to, hold_watches};
 use integration::harness::{FilterBuild, Options, plain_round_robin, tls_client_config, wait_for};
 
+use super::envoy_heap_mib;
+
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub nodes: usize,
@@ -95,17 +97,7 @@ pub async fn run(plan: &Plan) -> Result<RealScale> {
             Some(sum)
         }
     };
-    let envoy_heap = |admin: Option<u16>| {
-        let http = door.http.clone();
-        async move {
-            let Some(admin) = admin else { return 0.0 };
-            let v: serde_json::Value = match http.get(format!("http://127.0.0.1:{admin}/memory")).send().await {
-                Ok(r) => r.json().await.unwrap_or_default(),
-                Err(_) => serde_json::Value::Null,
-            };
-            v["allocated"].as_str().and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0) / (1024.0 * 1024.0)
-        }
-    };
+    let envoy_heap = |admin: Option<u16>| envoy_heap_mib(&door.http, admin);
     let connections = || ports.iter().map(|p| established_to(*p) as u64).sum::<u64>();
     let mut out = RealScale {
         release: match release {
