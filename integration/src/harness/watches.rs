@@ -126,6 +126,38 @@ pub fn established_to(port: u16) -> usize {
         .sum()
 }
 
+/// TCP connections to `port` in state ESTABLISHED whose client end belongs
+/// to process `pid` — one client's cost on a server, untouched by the
+/// server's other clients (kube-apiserver's own loopback client,
+/// mvp-ext-proc's discovery), which come and go on their own.
+pub fn established_from(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter_map(|target| target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    // rem_address is ADDR:PORT in hex; st 01 is ESTABLISHED; field 9 the inode.
+                    f.len() > 9
+                        && f[3] == "01"
+                        && f[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+                        && inodes.contains(f[9])
+                })
+                .count()
+        })
+        .sum()
+}
+
 /// Watches that, like a client-go reflector, watch again whenever their
 /// stream ends (without its backoff: the worst case for a door), until
 /// [`Rewatching::end`]; what the door answered meanwhile, by class.
