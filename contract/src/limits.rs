@@ -42,8 +42,16 @@ pub const DEFAULT_TABLE_WAIT_MS: u32 = 20_000;
 /// the 503's `Retry-After: 1`.
 pub const DEFAULT_HOLD_MS: u32 = 1000;
 
-/// Requests one worker holds at once (each with a `GetTable` call open).
-pub const DEFAULT_MAX_HELD: u32 = 64;
+/// Requests one worker holds at once (`envoy-config --hold-max-per-worker`;
+/// the worker's one `GetTable` call answers them all). Sized for a
+/// reconnect storm: every node re-watching an API only a restarting
+/// apiserver serves asks at once, each node a client of its own — 64 held
+/// 128 of 300 nodes on two workers and refused the rest
+/// (`scale_watches::a_storm_on_an_api_only_a_restarting_apiserver_serves_is_held_then_served`).
+/// A held request costs what any request in flight does (its stream), for
+/// at most `--hold-unavailable`; one client still holds at most
+/// [`DEFAULT_MAX_HELD_PER_CLIENT`].
+pub const DEFAULT_MAX_HELD: u32 = 1024;
 
 /// Of those, the most one client (one source address) holds: a client
 /// asking for an API only a restarting apiserver serves — by accident or to

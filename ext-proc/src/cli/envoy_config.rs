@@ -80,6 +80,15 @@ pub(super) struct EnvoyConfigArgs {
     /// answers at once. At most 60s.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     hold_unavailable: Duration,
+    /// Requests one Envoy worker holds at once (beyond: the 503 Status at
+    /// once). Size it by the nodes that may re-watch an API only one
+    /// apiserver serves while it restarts: each holds one (its stream, as
+    /// any request in flight, for at most --hold-unavailable).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = mvp_contract::limits::DEFAULT_MAX_HELD)]
+    hold_max_per_worker: u32,
+    /// Of those, the most one client (one source address) holds.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = mvp_contract::limits::DEFAULT_MAX_HELD_PER_CLIENT)]
+    hold_max_per_client: u32,
     /// Serving certificate of the front door; with --tls-private-key-file,
     /// clients connect over TLS (HTTP/2 and HTTP/1.1).
     #[arg(long, value_name = "FILE")]
@@ -228,6 +237,8 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         ext_proc: a.ext_proc,
         table_poll_interval: a.table_poll_interval,
         hold_unavailable: a.hold_unavailable,
+        hold_max_per_worker: a.hold_max_per_worker,
+        hold_max_per_client: a.hold_max_per_client,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
         request_headers_timeout: a.request_headers_timeout,

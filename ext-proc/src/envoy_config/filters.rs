@@ -184,6 +184,8 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
         // table that opens one, asking the first replica like the refresher.
         hold: (!o.hold_unavailable.is_zero()).then(|| HoldConfig {
             max_ms: u32::try_from(o.hold_unavailable.as_millis()).unwrap_or(u32::MAX),
+            max_held: o.hold_max_per_worker,
+            max_held_per_client: o.hold_max_per_client,
             ..HoldConfig::default()
         }),
         ..RouterConfig::default()

@@ -54,6 +54,9 @@ pub struct EnvoyConfigOptions {
     /// Longest the filter holds a request only closed apiservers serve,
     /// waiting for a table that opens one, before its 503 (0: the 503 at once).
     pub hold_unavailable: Duration,
+    /// Requests one worker holds at once, and of those one client's.
+    pub hold_max_per_worker: u32,
+    pub hold_max_per_client: u32,
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
     pub ext_proc_message_timeout: Duration,

@@ -12,6 +12,8 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         ext_proc: vec!["127.0.0.1:18000".into()],
         table_poll_interval: Duration::from_millis(200),
         hold_unavailable: Duration::from_secs(1),
+        hold_max_per_worker: mvp_contract::limits::DEFAULT_MAX_HELD,
+        hold_max_per_client: mvp_contract::limits::DEFAULT_MAX_HELD_PER_CLIENT,
         ext_proc_message_timeout: Duration::from_secs(1),
         front_tls: None,
         peer_tls: None,
@@ -96,7 +98,11 @@ fn router_config(o: &EnvoyConfigOptions) -> mvp_contract::plugin::PluginConfig {
 fn holds_requests_only_closed_apiservers_serve_unless_told_not_to() {
     use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
     let PluginConfig::Router(RouterConfig { hold, .. }) = router_config(&opts(&[])) else { panic!("not the router") };
-    assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 64, max_held_per_client: 8, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
+    assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 1024, max_held_per_client: 8, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
+    // The bounds as given (envoy-config --hold-max-per-worker, --hold-max-per-client).
+    let sized = EnvoyConfigOptions { hold_max_per_worker: 4096, hold_max_per_client: 2, ..opts(&[]) };
+    let PluginConfig::Router(RouterConfig { hold, .. }) = router_config(&sized) else { panic!("not the router") };
+    assert_eq!(hold.map(|h| (h.max_held, h.max_held_per_client)), Some((4096, 2)));
     let off = EnvoyConfigOptions { hold_unavailable: Duration::ZERO, ..opts(&[]) };
     assert!(matches!(router_config(&off), PluginConfig::Router(RouterConfig { hold: None, .. })));
 }
