@@ -67,7 +67,7 @@ pub struct Counted {
 
 /// Envoy under callgrind: a fixed simulated cache (32 KiB 8-way first level,
 /// 8 MiB 16-way last level, 64-byte lines), instrumentation off until asked.
-fn callgrind(out: &Path) -> Vec<String> {
+pub(crate) fn callgrind(out: &Path) -> Vec<String> {
     [
         "valgrind",
         "--tool=callgrind",
@@ -83,7 +83,7 @@ fn callgrind(out: &Path) -> Vec<String> {
     .collect()
 }
 
-fn control(pid: u32, what: &str) -> Result<()> {
+pub(crate) fn control(pid: u32, what: &str) -> Result<()> {
     let out = Command::new("callgrind_control").args([what, &pid.to_string()]).output().context("running callgrind_control")?;
     if !out.status.success() {
         bail!("callgrind_control {what} {pid} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -104,7 +104,7 @@ fn parse_dump(text: &str) -> Result<BTreeMap<String, u64>> {
 }
 
 /// Dumps the counts since the last dump and reads them.
-async fn dump(pid: u32, out: &Path, seen: &mut usize) -> Result<BTreeMap<String, u64>> {
+pub(crate) async fn dump(pid: u32, out: &Path, seen: &mut usize) -> Result<BTreeMap<String, u64>> {
     control(pid, "--dump")?;
     *seen += 1;
     let n = *seen;
@@ -119,7 +119,7 @@ async fn dump(pid: u32, out: &Path, seen: &mut usize) -> Result<BTreeMap<String,
     parse_dump(&std::fs::read_to_string(&file)?)
 }
 
-fn event(d: &BTreeMap<String, u64>, names: &[&str]) -> f64 {
+pub(crate) fn event(d: &BTreeMap<String, u64>, names: &[&str]) -> f64 {
     names.iter().map(|n| d.get(*n).copied().unwrap_or(0)).sum::<u64>() as f64
 }
 

@@ -28,6 +28,7 @@ mod rebuilds;
 mod report;
 pub mod results_file;
 pub mod scale;
+pub mod scale_counted;
 pub mod scale_real;
 mod settings;
 pub mod variants;

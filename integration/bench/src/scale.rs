@@ -48,6 +48,9 @@ pub struct Plan {
     pub doors: Vec<String>,
     /// The smaller run against real kube-apiservers (none: not run).
     pub real: Option<super::scale_real::Plan>,
+    /// The L7 doors' instructions per event and per watch opened, counted
+    /// under callgrind (none: not run).
+    pub counted: Option<super::scale_counted::Plan>,
 }
 
 /// One door's figures: per round, median and range.
@@ -86,6 +89,8 @@ pub struct Scale {
     pub ratios: BTreeMap<String, Spread>,
     /// The smaller run against real kube-apiservers.
     pub real: Option<super::scale_real::RealScale>,
+    /// The doors' cost counted in instructions.
+    pub counted: Option<super::scale_counted::ScaleCounted>,
 }
 
 const DOORS: [&str; 5] = ["direct", "tcp-proxy", "plain-l7", "wasm", "native"];
@@ -143,7 +148,13 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
             }
         }
     }
+    // Counted after the timed rounds, one door under callgrind at a time.
+    let counted = match &plan.counted {
+        Some(p) => Some(super::scale_counted::run(&door, p, door.dir.path()).await.context("counting instructions")?),
+        None => None,
+    };
     let mut out = Scale {
+        counted,
         nodes: plan.nodes,
         watches: plan.nodes * plan.watches_per_node,
         event_interval_ms: plan.event_interval.as_millis() as u64,
@@ -204,41 +215,17 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
             None => fake_connections().await,
         }
     };
-    let events = || async {
-        let mut n = 0;
-        for f in &door.fakes {
-            n += f.stats(&door.http).await.and_then(|v| v["watchEvents"].as_u64()).unwrap_or(0);
-        }
-        n
-    };
+    let events = || events_sent(door);
     let watches = plan.nodes * plan.watches_per_node;
     let query = format!("hold=3600&events_every_ms={}", plan.event_interval.as_millis());
     let heap = || envoy_heap_mib(&door.http, envoy.map(|(_, t)| t.ports.admin));
     let (rss_before, heap_before, connections_before) = (pid.map(rss_mib).unwrap_or(0.0), heap().await, fake_connections().await);
     let cpu = || pid.map(cpu_ms).unwrap_or(0.0);
     let (cpu_before, started) = (cpu(), Instant::now());
-    // Every node at once, as after a restart; a node's watches one after
-    // another on its one connection, as a kubelet's informers start.
-    let nodes = (0..plan.nodes).map(|n| {
-        let base = bases.get(n % bases.len().max(1)).cloned().unwrap_or_default();
-        let query = query.clone();
-        async move {
-            let client = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build()?;
-            let mut held = Vec::new();
-            for path in kubelet_watches(n, plan.watches_per_node, &query) {
-                held.push(hold_watches(&client, &format!("{base}{path}"), 1).await);
-            }
-            anyhow::Ok((client, held, base))
-        }
-    });
-    let opened: Vec<(reqwest::Client, Vec<Held>, String)> = futures::future::try_join_all(nodes).await?;
+    let opened = open_nodes(bases, plan.nodes, plan.watches_per_node, &query).await?;
     let open_s = started.elapsed().as_secs_f64();
     let cpu_opened = cpu() - cpu_before;
     let (rss, heap) = (pid.map(rss_mib).unwrap_or(0.0) - rss_before, heap().await - heap_before);
-    let failed: usize = opened.iter().flat_map(|(_, held, _)| held).map(|h| h.failed().len()).sum();
-    if failed > 0 {
-        bail!("{failed} of {watches} watches not held");
-    }
     for (n, (client, _, base)) in opened.iter().enumerate() {
         let lease = format!("{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-{n}");
         let body = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("node-{n}")}});
@@ -252,9 +239,6 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
         None => fake_connections().await.saturating_sub(connections_before),
     };
     // The window of events: what Envoy's CPU does for them.
-    let received = |opened: &[(reqwest::Client, Vec<Held>, String)]| -> u64 {
-        opened.iter().flat_map(|(_, held, _)| held).map(|h| h.received.load(std::sync::atomic::Ordering::Relaxed)).sum()
-    };
     let (events_before, received_before, cpu_before, window_started) = (events().await, received(&opened), cpu(), Instant::now());
     tokio::time::sleep(plan.window).await;
     let (events_sent, bytes, cpu_window, window) =
@@ -284,6 +268,48 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
     })
 }
 
+/// A node: its one connection, its watches, the door it came through.
+pub(crate) type Node = (reqwest::Client, Vec<Held>, String);
+
+/// `nodes` simulated kubelets through the door at `bases` (node n to the
+/// n-th, round robin): every node at once, as after a restart; a node's
+/// watches one after another on its one HTTP/2 connection, as a kubelet's
+/// informers start. Returned once every watch got its first event; an
+/// error if any was not held.
+pub(crate) async fn open_nodes(bases: &[String], nodes: usize, watches_per_node: usize, query: &str) -> Result<Vec<Node>> {
+    let each = (0..nodes).map(|n| {
+        let base = bases.get(n % bases.len().max(1)).cloned().unwrap_or_default();
+        async move {
+            let client = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build()?;
+            let mut held = Vec::new();
+            for path in kubelet_watches(n, watches_per_node, query) {
+                held.push(hold_watches(&client, &format!("{base}{path}"), 1).await);
+            }
+            anyhow::Ok((client, held, base))
+        }
+    });
+    let opened: Vec<Node> = futures::future::try_join_all(each).await?;
+    let failed: usize = opened.iter().flat_map(|(_, held, _)| held).map(|h| h.failed().len()).sum();
+    if failed > 0 {
+        bail!("{failed} of {} watches not held", nodes * watches_per_node);
+    }
+    Ok(opened)
+}
+
+/// What the fake apiservers sent on watches so far (`watchEvents`).
+pub(crate) async fn events_sent(door: &FrontDoor) -> u64 {
+    let mut n = 0;
+    for f in &door.fakes {
+        n += f.stats(&door.http).await.and_then(|v| v["watchEvents"].as_u64()).unwrap_or(0);
+    }
+    n
+}
+
+/// The bytes the nodes' watches read so far.
+pub(crate) fn received(opened: &[Node]) -> u64 {
+    opened.iter().flat_map(|(_, held, _)| held).map(|h| h.received.load(std::sync::atomic::Ordering::Relaxed)).sum()
+}
+
 /// The scale part's tables (median, min–max over rounds).
 pub fn render(s: &Scale) -> String {
     let m = |x: &Spread, digits: usize| format!("{:.*} ({:.*}–{:.*})", digits, x.median, digits, x.min, digits, x.max);
@@ -309,6 +335,9 @@ pub fn render(s: &Scale) -> String {
     out.push_str("\n| ratio to the plain L7 door (per round) | median | min–max |\n|---|---|---|\n");
     for (k, v) in &s.ratios {
         out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} |\n", v.median, v.min, v.max));
+    }
+    if let Some(counted) = &s.counted {
+        out.push_str(&super::scale_counted::render(counted));
     }
     if let Some(real) = &s.real {
         out.push_str(&super::scale_real::render(real));

@@ -43,6 +43,10 @@ pub struct RealDoor {
     pub open_s: f64,
     pub apiserver_connections: u64,
     pub apiserver_goroutines: f64,
+    /// Both apiservers' Go heap in use (`go_memstats_heap_inuse_bytes`, each
+    /// read after a forced GC) and resident memory, MiB over before.
+    pub apiserver_heap_mib: f64,
+    pub apiserver_rss_mib: f64,
     pub envoy_heap_mib: f64,
 }
 
@@ -73,7 +77,10 @@ fn watches(k: usize) -> Vec<String> {
 
 pub async fn run(plan: &Plan) -> Result<RealScale> {
     let release = Release::minor(37);
-    let specs = [Spec::new("kas-a", release, &[]), Spec::new("kas-b", release, &[])];
+    // Profiling on (the harness turns it off; kube's default is on): the
+    // memory figures force a GC through `/debug/pprof/heap?gc=1`.
+    let profiling: &[&str] = &["--profiling=true"];
+    let specs = [Spec::new("kas-a", release, profiling), Spec::new("kas-b", release, profiling)];
     let cp = RealControlPlane::start_specs(&specs).await.context("two real kube-apiservers")?;
     let door = cp.front_door_with(Options { concurrency: 1, filter: Some(FilterBuild::Native), ..Options::default() }).await.context("the front door")?;
     let (_plain, plain_topology) = door.another_envoy_of(FilterBuild::Wasm, plain_round_robin).await.context("the plain round-robin Envoy")?;
@@ -97,6 +104,20 @@ pub async fn run(plan: &Plan) -> Result<RealScale> {
             Some(sum)
         }
     };
+    // Their memory after a forced GC (`/debug/pprof/heap?gc=1` collects
+    // before it profiles): what the watches hold, not garbage not yet
+    // collected.
+    let memory = || {
+        let (http, urls) = (cp.http.clone(), apiservers.clone());
+        async move {
+            for url in &urls {
+                if let Ok(r) = http.get(format!("{url}/debug/pprof/heap?gc=1")).send().await {
+                    let _ = r.bytes().await;
+                }
+            }
+        }
+    };
+    let mib = |bytes: Option<f64>| bytes.unwrap_or(0.0) / (1024.0 * 1024.0);
     let envoy_heap = |admin: Option<u16>| envoy_heap_mib(&door.http, admin);
     let connections = || ports.iter().map(|p| established_to(*p) as u64).sum::<u64>();
     let mut out = RealScale {
@@ -112,6 +133,8 @@ pub async fn run(plan: &Plan) -> Result<RealScale> {
     for (name, (bases, admin)) in DOORS.iter().zip(&targets) {
         eprintln!("scale against real kube-apiservers: {name}");
         let (connections_before, goroutines_before, envoy_before) = (connections(), metric("go_goroutines").await.unwrap_or(0.0), envoy_heap(*admin).await);
+        memory().await;
+        let (heap_before, rss_before) = (mib(metric("go_memstats_heap_inuse_bytes").await), mib(metric("process_resident_memory_bytes").await));
         baseline.get_or_insert(goroutines_before);
         let started = Instant::now();
         let nodes = (0..plan.nodes).map(|n| {
@@ -144,7 +167,10 @@ pub async fn run(plan: &Plan) -> Result<RealScale> {
         if !failed.is_empty() {
             bail!("{name}: watches not held, by status: {failed:?}");
         }
+        memory().await;
         let figures = RealDoor {
+            apiserver_heap_mib: mib(metric("go_memstats_heap_inuse_bytes").await) - heap_before,
+            apiserver_rss_mib: mib(metric("process_resident_memory_bytes").await) - rss_before,
             open_s,
             apiserver_connections: connections().saturating_sub(connections_before),
             apiserver_goroutines: metric("go_goroutines").await.unwrap_or(0.0) - goroutines_before,
@@ -171,14 +197,14 @@ pub async fn run(plan: &Plan) -> Result<RealScale> {
 /// The run's table.
 pub fn render(r: &RealScale) -> String {
     let mut out = format!(
-        "\n{} watches of {} nodes against two real {} kube-apiservers (one HTTP/2 connection per node, a bearer token)\n\n| door | open s | apiserver connections | apiserver goroutines | Envoy heap MiB |\n|---|---|---|---|---|\n",
+        "\n{} watches of {} nodes against two real {} kube-apiservers (one HTTP/2 connection per node, a bearer token)\n\n| door | open s | apiserver connections | apiserver goroutines | apiserver Go heap MiB | apiserver RSS MiB | Envoy heap MiB |\n|---|---|---|---|---|---|---|\n",
         r.watches, r.nodes, r.release
     );
     for name in DOORS {
         let Some(d) = r.doors.get(name) else { continue };
         out.push_str(&format!(
-            "| {name} | {:.2} | {} | {:.0} | {:.1} |\n",
-            d.open_s, d.apiserver_connections, d.apiserver_goroutines, d.envoy_heap_mib
+            "| {name} | {:.2} | {} | {:.0} | {:.1} | {:.1} | {:.1} |\n",
+            d.open_s, d.apiserver_connections, d.apiserver_goroutines, d.apiserver_heap_mib, d.apiserver_rss_mib, d.envoy_heap_mib
         ));
     }
     out

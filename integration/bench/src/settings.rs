@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{instructions, kube_mvp, scale, scale_real};
+use super::{instructions, kube_mvp, scale, scale_counted, scale_real};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -72,7 +72,29 @@ impl Settings {
             count: Some(instructions::Plan { warm_up: 2000, requests: 2000, phases: 2, idle: Duration::from_secs(5), doors: vec![], keep: None }),
             // 6,000 watches: the reconnect storms' size (scale_watches.rs);
             // an event every 2 s per watch is 3,000 events/s.
-            scale: Some(scale::Plan { nodes: 300, watches_per_node: 20, event_interval: Duration::from_secs(2), window: Duration::from_secs(10), rounds: 3, fake_threads: 2, doors: vec![], real: Some(scale_real::Plan { nodes: 100, watches_per_node: 20 }) }),
+            // Counted: 1,000 watches, 500 events/s — Envoy's idle work
+            // (health checks, timers) a few % of a window, which Envoy
+            // under callgrind (~50x slower) carries without falling behind.
+            scale: Some(scale::Plan {
+                nodes: 300,
+                watches_per_node: 20,
+                event_interval: Duration::from_secs(2),
+                window: Duration::from_secs(10),
+                rounds: 3,
+                fake_threads: 2,
+                doors: vec![],
+                real: Some(scale_real::Plan { nodes: 100, watches_per_node: 20 }),
+                counted: Some(scale_counted::Plan {
+                    nodes: 50,
+                    watches_per_node: 20,
+                    event_interval: Duration::from_secs(2),
+                    window: Duration::from_secs(10),
+                    phases: 3,
+                    idle: Duration::from_secs(10),
+                    doors: vec![],
+                    keep: None,
+                }),
+            }),
             kube_mvp: Some(kube_mvp::Plan { requests: 200, rounds: 6 }),
         }
     }
@@ -97,7 +119,28 @@ impl Settings {
             variants: true,
             discovery: true,
             count: Some(instructions::Plan { warm_up: 50, requests: 50, phases: 2, idle: Duration::from_secs(1), doors: vec![], keep: None }),
-            scale: Some(scale::Plan { nodes: 4, watches_per_node: 5, event_interval: Duration::from_millis(200), window: Duration::from_secs(1), rounds: 1, fake_threads: 1, doors: vec![], real: Some(scale_real::Plan { nodes: 3, watches_per_node: 5 }) }),
+            // Counted: the native door alone (an Envoy under callgrind
+            // starts in tens of seconds), that the counting works.
+            scale: Some(scale::Plan {
+                nodes: 4,
+                watches_per_node: 5,
+                event_interval: Duration::from_millis(200),
+                window: Duration::from_secs(1),
+                rounds: 1,
+                fake_threads: 1,
+                doors: vec![],
+                real: Some(scale_real::Plan { nodes: 3, watches_per_node: 5 }),
+                counted: Some(scale_counted::Plan {
+                    nodes: 2,
+                    watches_per_node: 5,
+                    event_interval: Duration::from_millis(500),
+                    window: Duration::from_secs(2),
+                    phases: 2,
+                    idle: Duration::from_secs(1),
+                    doors: vec!["native".into()],
+                    keep: None,
+                }),
+            }),
             kube_mvp: Some(kube_mvp::Plan { requests: 5, rounds: 1 }),
         }
     }

@@ -110,6 +110,11 @@ fn every_variant_produces_numbers() {
         }
     }
     assert_eq!(scale["ratios"].as_object().map(|m| m.len()), Some(9), "{scale}");
+    // Counted under callgrind (the native door in the smoke): every window
+    // had events and instructions for them, opening a watch cost some.
+    let counted = &scale["counted"]["doors"]["native"];
+    assert!(counted["phases"].as_array().is_some_and(|p| p.len() == 2 && p.iter().all(|w| w.as_f64().unwrap_or(0.0) > 0.0)), "{counted}");
+    assert!(counted["instructions_per_watch_opened"].as_f64().unwrap() > 0.0 && counted["events"].as_u64().unwrap() > 0, "{counted}");
     // The same against two real kube-apiservers: a connection per node
     // directly, one per apiserver through an L7 door.
     let real = &scale["real"];

@@ -240,6 +240,13 @@ impl FrontDoor {
     /// [`FrontDoor::another_envoy_with`] running the routing filter's
     /// other build (both builds' doors side by side on the same members).
     pub async fn another_envoy_of(&self, filter: FilterBuild, edit: fn(String) -> String) -> Result<(Proc, Topology)> {
+        self.another_envoy_under(filter, edit, None).await
+    }
+
+    /// [`FrontDoor::another_envoy_of`] run by `under` (a program and its
+    /// flags, Envoy's command line following them: valgrind for the
+    /// bench's instruction counts) with `within` to start.
+    pub async fn another_envoy_under(&self, filter: FilterBuild, edit: fn(String) -> String, under: Option<(&[String], Duration)>) -> Result<(Proc, Topology)> {
         let mut topology = self.topology.clone();
         topology.filter = filter;
         let free = free_ports(2);
@@ -247,7 +254,14 @@ impl FrontDoor {
         topology.ports.admin = free.get(1).copied().context("no free port")?;
         let config = self.dir.path().join(format!("envoy-{}.yaml", topology.ports.listen));
         std::fs::write(&config, edit(topology.render_envoy_config()?))?;
-        let envoy = Proc::spawn(&format!("envoy-{}", topology.ports.listen), self.dir.path(), &envoy_bin()?, &Topology::envoy_args(&config, 1, "info"))?;
+        let (mut program, mut args) = (envoy_bin()?, Topology::envoy_args(&config, 1, "info"));
+        if let Some((wrapper, within)) = under {
+            let (first, flags) = wrapper.split_first().context("an empty wrapper command")?;
+            args = flags.iter().cloned().chain([program.to_string_lossy().into_owned()]).chain(args).collect();
+            program = first.into();
+            topology.envoy_start_within = within;
+        }
+        let envoy = Proc::spawn(&format!("envoy-{}", topology.ports.listen), self.dir.path(), &program, &args)?;
         topology.wait_ready(&self.http).await?;
         Ok((envoy, topology))
     }

@@ -306,9 +306,25 @@ fn regex_escape(s: &str) -> String {
 
 /// The plain front door, for comparison: the same bootstrap with only
 /// Envoy's router — no routing filter, no merged documents; what a load
-/// balancer with `/readyz` health checks gives.
+/// balancer with `/readyz` health checks gives. Its routes lose the
+/// front door's timeouts too: those are lifted by the filter's mark for a
+/// long-running request, and a plain load balancer cannot tell a watch
+/// from a read, so it bounds neither (with them, its watches would be cut
+/// at the request timeout, and each event would re-arm a read's idle
+/// timer the front door never arms for a watch).
 pub fn plain_round_robin(yaml: String) -> String {
-    edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"))
+    let yaml = edit_http_filters(&yaml, |filters| filters.retain(|f| f["name"] == "envoy.filters.http.router"));
+    let mut v: Value = serde_yaml_ng::from_str(&yaml).unwrap_or_default();
+    let vhosts = v.pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts").and_then(Value::as_array_mut);
+    for vhost in vhosts.into_iter().flatten() {
+        for route in vhost["routes"].as_array_mut().into_iter().flatten().filter_map(|r| r.get_mut("route")).filter_map(Value::as_object_mut) {
+            route.insert("timeout".into(), Value::from("0s"));
+            if let Some(retry) = route.get_mut("retry_policy").and_then(Value::as_object_mut) {
+                retry.remove("per_try_idle_timeout");
+            }
+        }
+    }
+    serde_yaml_ng::to_string(&v).unwrap_or_default()
 }
 
 /// A TCP proxy in front of the same members (kubeadm's HAProxy-in-TCP-mode

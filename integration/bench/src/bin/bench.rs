@@ -1,4 +1,4 @@
-//! `bench [--smoke] [--only PART] [--doors N,..] [--callgrind-dir DIR] [--scale-nodes N] [--scale-rounds N] [--scale-doors D,..] [--out FILE]`: benchmarks the front door's variants side
+//! `bench [--smoke] [--only PART] [--doors N,..] [--callgrind-dir DIR] [--scale-nodes N] [--scale-rounds N] [--scale-doors D,..] [--scale-parts P,..] [--out FILE]`: benchmarks the front door's variants side
 //! by side in one run (see BENCHMARKS.md). Run it through scripts/bench.sh,
 //! which builds release binaries and installs the load generators.
 
@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     doors: Vec<u32>,
     /// Keep each counted door's callgrind output in this directory (for
-    /// `callgrind_annotate`).
+    /// `callgrind_annotate`; `--only instructions` and `--only scale`).
     #[arg(long)]
     callgrind_dir: Option<PathBuf>,
     /// With `--only scale`: simulated nodes (20 watches each), rounds, and
@@ -41,6 +41,11 @@ struct Args {
     scale_rounds: Option<usize>,
     #[arg(long, value_delimiter = ',')]
     scale_doors: Vec<String>,
+    /// With `--only scale`: only these of its parts — `timed` (the rounds),
+    /// `counted` (instructions under callgrind), `real` (real
+    /// kube-apiservers).
+    #[arg(long, value_delimiter = ',', value_parser = ["timed", "counted", "real"])]
+    scale_parts: Vec<String>,
     /// Machine-readable results.
     #[arg(long, default_value = "bench/results.json")]
     out: PathBuf,
@@ -65,7 +70,27 @@ async fn main() -> anyhow::Result<()> {
     if let Some(plan) = settings.scale.as_mut() {
         plan.nodes = args.scale_nodes.unwrap_or(plan.nodes);
         plan.rounds = args.scale_rounds.unwrap_or(plan.rounds);
-        plan.doors = args.scale_doors.clone();
+        if !args.scale_doors.is_empty() {
+            plan.doors = args.scale_doors.clone();
+            if let Some(counted) = plan.counted.as_mut() {
+                counted.doors = args.scale_doors.clone();
+            }
+        }
+        if let Some(counted) = plan.counted.as_mut() {
+            counted.keep = args.callgrind_dir.clone();
+        }
+        if !args.scale_parts.is_empty() {
+            let part = |p: &str| args.scale_parts.iter().any(|x| x == p);
+            if !part("timed") {
+                plan.rounds = 0;
+            }
+            if !part("counted") {
+                plan.counted = None;
+            }
+            if !part("real") {
+                plan.real = None;
+            }
+        }
     }
     if let Some(plan) = settings.count.as_mut() {
         plan.doors = args.doors.clone();
