@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 scripts/build.sh --release
-# The kube-mvp part runs real kube-apiservers of the newest release (built
-# once, cached outside the work tree; etcd installed by the first script).
+# The kube-mvp and scale parts run real kube-apiservers of the newest
+# release on a real etcd (each built once, cached outside the work tree).
 scripts/kube-apiserver.sh >/dev/null
 scripts/kube-release.sh "$(head -n1 scripts/kube-releases)" >/dev/null
+scripts/etcd.sh >/dev/null
 MVP_BIN_DIR=$PWD/target/release exec target/release/bench "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds a real kube-apiserver once and prints its path; installs etcd.
+# Builds a real kube-apiserver once and prints its path (the real tier's etcd:
+# scripts/etcd.sh).
 # Kubernetes v1.20.2 is the newest kube-apiserver the reachable registries
 # carry: Debian bookworm's source package `kubernetes`, built with Debian's
 # Go. The binary is cached outside the work tree ($MVP_CACHE_DIR, default
@@ -19,12 +20,6 @@ if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
 apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
-
-if ! command -v etcd >/dev/null; then
-  log "installing etcd (Debian: etcd-server)"
-  $SUDO apt-get update -qq
-  apt_install etcd-server
-fi
 
 if [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep -q "v$VERSION"; then
   echo "$BIN"

@@ -16,6 +16,8 @@ scripts/bootstrap.sh
 scripts/build.sh
 MVP_KUBE_APISERVER=$(scripts/kube-apiserver.sh)
 export MVP_KUBE_APISERVER
+# The real tier's etcd (scripts/etcd-release), from Go modules.
+scripts/etcd.sh >/dev/null
 # Current releases for the real tier, from Go modules (scripts/kube-releases).
 while read -r release; do
   scripts/kube-release.sh "$release" >/dev/null

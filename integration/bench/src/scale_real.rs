@@ -4,20 +4,18 @@
 //! against two real kube-apiservers of the newest release, etcd behind
 //! them, through three doors one after another: `direct` (node n to
 //! apiserver n mod 2), a plain L7 round-robin Envoy, the front door
-//! (native); every Envoy one worker. A kubelet's own watches (its pods, its
-//! node) see nothing in a cluster without nodes, and kube's WatchList
-//! (`sendInitialEvents`) — bookmarks and a watch from the newest version
-//! too — needs etcd's progress notify, which this machine's etcd lacks
-//! (1.37 refuses such a watch with an ERROR event after its 200); so
-//! each node watches what a fresh cluster holds, from the watch cache
-//! (`resourceVersion=0`: the objects' ADDED events at once) — services,
-//! kube-system's configmaps and leases, namespaces, RBAC and flow-control
-//! objects (no EndpointSlices: on loopback kube publishes none). Per
-//! door what the apiservers carry with every watch open: TCP connections
-//! (`/proc/net/tcp`) and goroutines (their own `/metrics`; each door starts
-//! once the last one's have ended), and Envoy's heap. (Their heap moves
-//! with their garbage collector by more than the watches take: not
-//! reported.)
+//! (native); every Envoy one worker. Each node opens a kubelet's own
+//! watches (`kubelet_watches`: its pods and node by field selector,
+//! services, endpointslices, the configmaps and secrets its pods mount) as
+//! a current kubelet's informers ask for them: a watch-list
+//! (`sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, bookmarks)
+//! from the watch cache, each answered with its initial objects and the
+//! bookmark that ends them — which needs etcd's progress notify (etcd 3.6,
+//! `scripts/etcd.sh`; on Debian's 3.4.23 kube 1.37 refused them with an
+//! ERROR event). Per door what the apiservers carry with every watch open:
+//! TCP connections (`/proc/net/tcp`), goroutines and their Go heap after a
+//! forced GC and RSS (their own `/metrics`; each door starts once the last
+//! one's goroutines have ended), and Envoy's heap.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -26,7 +24,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use integration::harness::real::{RealControlPlane, Release, Spec, TOKENS};
-use integration::harness::watches::{Held, established_to, hold_watches};
+use integration::harness::watches::{Held, established_to, hold_watches, kubelet_watches};
 use integration::harness::{FilterBuild, Options, plain_round_robin, tls_client_config, wait_for};
 
 use super::envoy_heap_mib;
@@ -59,21 +57,9 @@ pub struct RealScale {
 }
 
 const DOORS: [&str; 3] = ["direct", "plain-l7", "native"];
-/// What a node watches: collections a fresh cluster has objects in, each
-/// from the watch cache and held (an hour), cycled to `k` watches.
-fn watches(k: usize) -> Vec<String> {
-    const COLLECTIONS: [&str; 8] = [
-        "/api/v1/services",
-        "/api/v1/namespaces/kube-system/configmaps",
-        "/api/v1/namespaces",
-        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
-        "/apis/scheduling.k8s.io/v1/priorityclasses",
-    ];
-    COLLECTIONS.iter().cycle().take(k).map(|c| format!("{c}?watch=1&resourceVersion=0&timeoutSeconds=3600")).collect()
-}
+/// A kubelet's informers' watch-list: initial objects, then the bookmark
+/// that ends them, then changes (`kubelet_watches` adds `watch=1`).
+const WATCH_LIST: &str = "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=3600";
 
 pub async fn run(plan: &Plan) -> Result<RealScale> {
     let release = Release::minor(37);
@@ -152,7 +138,7 @@ pub async fn run(plan: &Plan) -> Result<RealScale> {
                     )]))
                     .build()?;
                 let mut held = Vec::new();
-                for path in watches(plan.watches_per_node) {
+                for path in kubelet_watches(n, plan.watches_per_node, WATCH_LIST) {
                     held.push(hold_watches(&client, &format!("{base}{path}"), 1).await);
                 }
                 anyhow::Ok((client, held))

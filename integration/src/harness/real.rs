@@ -108,7 +108,7 @@ impl RealControlPlane {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let etcd = Proc::spawn("etcd", dir.path(), Path::new("etcd"), &etcd_args)?;
+        let etcd = Proc::spawn("etcd", dir.path(), &super::release::etcd_bin()?, &etcd_args)?;
 
         let sa = rcgen::KeyPair::generate()?;
         let service_account_key = dir.path().join("sa.key");

@@ -53,6 +53,18 @@ impl Release {
     }
 }
 
+/// The etcd release under every real control plane (`scripts/etcd.sh`).
+const ETCD_RELEASE: &str = include_str!("../../../scripts/etcd-release");
+
+/// The etcd binary `scripts/etcd.sh` built (`MVP_ETCD` names another).
+pub fn etcd_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("MVP_ETCD") {
+        return Ok(PathBuf::from(p));
+    }
+    let bin = cache_dir()?.join(format!("etcd-v{}/etcd", ETCD_RELEASE.trim()));
+    if bin.exists() { Ok(bin) } else { Err(anyhow!("{} not found: run scripts/etcd.sh (scripts/test.sh does)", bin.display())) }
+}
+
 fn cache_dir() -> Result<PathBuf> {
     let cache = std::env::var_os("MVP_CACHE_DIR").map(PathBuf::from).or_else(|| {
         std::env::var_os("XDG_CACHE_HOME")
