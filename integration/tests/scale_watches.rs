@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use integration::harness::watches::{Held, Rewatching, hold_watches, kubelet_watches, rewatch};
+use integration::harness::watches::{Held, Rewatching, broken, errors, h2c, hold_watches, kubelet_watches, live, nodes_rewatching, rewatch};
 use integration::harness::{FrontDoor, Options, three_fakes};
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -104,35 +104,6 @@ async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
     assert!(plain_cost.apiserver_connections <= fakes + more, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
 }
 
-/// A client of its own, HTTP/2 with prior knowledge: one node's connection.
-fn h2c() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap()
-}
-
-/// Every node's kubelet watches (`hold=600`) through `base`, each node on
-/// a client of its own (one connection), each watch asked for again when
-/// its stream ends ([`rewatch`]).
-fn nodes_rewatching(nodes: usize, per_node: usize, base: &str, client: impl Fn() -> reqwest::Client) -> Vec<Rewatching> {
-    let mut watching = Vec::new();
-    for n in 0..nodes {
-        let node = client();
-        for path in kubelet_watches(n, per_node, "hold=600") {
-            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
-        }
-    }
-    watching
-}
-
-/// Watches whose current stream got its first event.
-fn live(w: &[Rewatching]) -> usize {
-    w.iter().map(Rewatching::live).sum()
-}
-
-/// Streams that ended while their watch was wanted.
-fn broken(w: &[Rewatching]) -> usize {
-    w.iter().map(Rewatching::broken).sum()
-}
-
 /// A reconnect storm: an apiserver holding a third of the nodes' watches
 /// stops (SIGKILL: no GOAWAY, no shutdown), every stream it held ends, and
 /// each client watches again at once (client-go's reflector, without its
@@ -157,12 +128,7 @@ async fn watches_on_a_stopped_apiserver_come_back_within_seconds() {
     .await
     .unwrap();
     let back = stopped.elapsed().as_secs_f64();
-    let mut errors = std::collections::BTreeMap::<String, usize>::new();
-    for w in &watching {
-        for (class, n) in w.errors() {
-            *errors.entry(class).or_default() += n;
-        }
-    }
+    let errors = errors(&watching);
     eprintln!("reconnect storm: {held_there} of {total} watches on {victim}, stopped; every watch back through the door in {back:.2} s; answers other than a watch: {errors:?}");
     for w in watching {
         w.end().await;
@@ -189,13 +155,6 @@ async fn every_watch_comes_back_after_an_envoy_restart() {
     envoy.kill();
     integration::harness::wait_for("every watch's stream ended", bound, || async { (broken(&watching) >= total).then_some(()) }).await.unwrap();
     let restarting = Instant::now();
-    let errors = |w: &[Rewatching]| {
-        let mut all = std::collections::BTreeMap::<String, usize>::new();
-        for (class, n) in w.iter().flat_map(Rewatching::errors) {
-            *all.entry(class).or_default() += n;
-        }
-        all
-    };
     let _envoy = door.restart_another_envoy(&topology).await.unwrap();
     let ready = restarting.elapsed().as_secs_f64();
     let (since_ready, while_down) = (Instant::now(), errors(&watching));
@@ -289,10 +248,7 @@ async fn over_tls_a_storm_costs_the_apiservers_a_handshake_per_pool_connection()
         handshakes(&http, admin, "cluster.").await - envoy_before,
         accepted(&s.door, victim).await - apiservers_before,
     );
-    let mut errors = std::collections::BTreeMap::<String, usize>::new();
-    for (class, n) in watching.iter().flat_map(Rewatching::errors) {
-        *errors.entry(class).or_default() += n;
-    }
+    let errors = errors(&watching);
     eprintln!(
         "TLS storms, {total} watches of {nodes} nodes: Envoy restart — {} client handshakes with Envoy, {} connections accepted by the apiservers (a TCP proxy: {nodes}); {victim} stopped, {moved} watches moved — {} client handshakes, {} Envoy handshakes to the apiservers, {} connections accepted by the survivor (a TCP proxy: one per node that was on {victim}); answers other than a watch: {errors:?}",
         restart.0, restart.1, stop.0, stop.1, stop.2
@@ -367,10 +323,7 @@ async fn a_storm_on_an_api_only_a_restarting_apiserver_serves_is_held_then_serve
     let back = restarted.elapsed().as_secs_f64();
     let after = read(&door).await;
     let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-    let mut errors = std::collections::BTreeMap::<String, usize>::new();
-    for (class, n) in watching.iter().flat_map(Rewatching::errors) {
-        *errors.entry(class).or_default() += n;
-    }
+    let errors = errors(&watching);
     eprintln!(
         "hold in a storm: {nodes} nodes' watches of an API only v137 serves; v137 down {:.2} s; every watch back {back:.2} s after its restart; held {}, refused by the bounds {}, held then 503 {}; answers other than a watch: {errors:?}",
         restarted.duration_since(stopped).as_secs_f64(),

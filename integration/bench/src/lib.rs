@@ -30,6 +30,7 @@ pub mod results_file;
 pub mod scale;
 pub mod scale_counted;
 pub mod scale_real;
+pub mod scale_storm;
 mod settings;
 pub mod variants;
 

@@ -51,6 +51,8 @@ pub struct Plan {
     /// The L7 doors' instructions per event and per watch opened, counted
     /// under callgrind (none: not run).
     pub counted: Option<super::scale_counted::Plan>,
+    /// Reconnect storms door by door (none: not run).
+    pub storm: Option<super::scale_storm::Plan>,
 }
 
 /// One door's figures: per round, median and range.
@@ -91,9 +93,24 @@ pub struct Scale {
     pub real: Option<super::scale_real::RealScale>,
     /// The doors' cost counted in instructions.
     pub counted: Option<super::scale_counted::ScaleCounted>,
+    /// Reconnect storms door by door.
+    pub storms: Option<super::scale_storm::ScaleStorms>,
 }
 
 const DOORS: [&str; 5] = ["direct", "tcp-proxy", "plain-l7", "wasm", "native"];
+
+/// A door that is an Envoy: its name, the filter build of its bootstrap,
+/// and the edit that makes it this door.
+pub(crate) type EnvoyDoor = (&'static str, FilterBuild, fn(String) -> String);
+
+/// The doors the counted part and the storms start an Envoy of their own
+/// for, one at a time.
+pub(crate) const ENVOY_DOORS: [EnvoyDoor; 4] =
+    [("tcp-proxy", FilterBuild::Wasm, tcp_proxy), ("plain-l7", FilterBuild::Wasm, plain_round_robin), ("wasm", FilterBuild::Wasm, same), ("native", FilterBuild::Native, same)];
+
+fn same(yaml: String) -> String {
+    yaml
+}
 
 /// Where a door's clients connect (the direct clients: each apiserver in
 /// turn), and its Envoy: process and topology (none for the direct door).
@@ -118,7 +135,7 @@ struct Round {
 pub async fn run(plan: &Plan) -> Result<Scale> {
     let options = Options { concurrency: 1, filter: Some(FilterBuild::Native), ..Options::default() };
     let fakes: Vec<_> = three_fakes().into_iter().map(|f| f.with_threads(plan.fake_threads)).collect();
-    let door = FrontDoor::start(&fakes, options).await.context("the native front door")?;
+    let mut door = FrontDoor::start(&fakes, options).await.context("the native front door")?;
     let (tcp, tcp_topology) = door.another_envoy_of(FilterBuild::Wasm, tcp_proxy).await.context("the TCP proxy")?;
     let (plain, plain_topology) = door.another_envoy_of(FilterBuild::Wasm, plain_round_robin).await.context("the plain L7 Envoy")?;
     let (wasm, wasm_topology) = door.another_envoy_of(FilterBuild::Wasm, |yaml| yaml).await.context("the wasm front door")?;
@@ -153,8 +170,14 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
         Some(p) => Some(super::scale_counted::run(&door, p, door.dir.path()).await.context("counting instructions")?),
         None => None,
     };
+    // The storms last: they stop and restart an apiserver.
+    let storms = match &plan.storm {
+        Some(p) => Some(super::scale_storm::run(&mut door, p).await.context("the storms")?),
+        None => None,
+    };
     let mut out = Scale {
         counted,
+        storms,
         nodes: plan.nodes,
         watches: plan.nodes * plan.watches_per_node,
         event_interval_ms: plan.event_interval.as_millis() as u64,
@@ -335,6 +358,9 @@ pub fn render(s: &Scale) -> String {
     out.push_str("\n| ratio to the plain L7 door (per round) | median | min–max |\n|---|---|---|\n");
     for (k, v) in &s.ratios {
         out.push_str(&format!("| {k} | {:.3} | {:.3}–{:.3} |\n", v.median, v.min, v.max));
+    }
+    if let Some(storms) = &s.storms {
+        out.push_str(&super::scale_storm::render(storms));
     }
     if let Some(counted) = &s.counted {
         out.push_str(&super::scale_counted::render(counted));

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use integration::harness::{FilterBuild, FrontDoor, plain_round_robin, tcp_proxy, wait_for};
+use integration::harness::{FilterBuild, FrontDoor, wait_for};
 
 use super::instructions::{callgrind, control, dump, event};
 use super::load::{self, Spread};
-use super::scale::{events_sent, open_nodes, received};
+use super::scale::{ENVOY_DOORS as DOORS, events_sent, open_nodes, received};
 
 /// How much to count.
 #[derive(Debug, Clone)]
@@ -80,21 +80,6 @@ pub struct ScaleCounted {
     pub doors: BTreeMap<String, Counted>,
     /// `<door>/plain-l7 <figure>`.
     pub ratios: BTreeMap<String, f64>,
-}
-
-/// A counted door: its name, the filter build of its bootstrap, and the
-/// edit that makes it this door.
-type Door = (&'static str, FilterBuild, fn(String) -> String);
-
-const DOORS: [Door; 4] = [
-    ("tcp-proxy", FilterBuild::Wasm, tcp_proxy),
-    ("plain-l7", FilterBuild::Wasm, plain_round_robin),
-    ("wasm", FilterBuild::Wasm, same),
-    ("native", FilterBuild::Native, same),
-];
-
-fn same(yaml: String) -> String {
-    yaml
 }
 
 /// Counts every door of [`DOORS`] the plan names, one after another, in

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{instructions, kube_mvp, scale, scale_counted, scale_real};
+use super::{instructions, kube_mvp, scale, scale_counted, scale_real, scale_storm};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -94,6 +94,8 @@ impl Settings {
                     doors: vec![],
                     keep: None,
                 }),
+                // The storms at the scale_watches tests' full size.
+                storm: Some(scale_storm::Plan { nodes: 300, watches_per_node: 20, doors: vec![] }),
             }),
             kube_mvp: Some(kube_mvp::Plan { requests: 200, rounds: 6 }),
         }
@@ -140,6 +142,7 @@ impl Settings {
                     doors: vec!["native".into()],
                     keep: None,
                 }),
+                storm: Some(scale_storm::Plan { nodes: 6, watches_per_node: 5, doors: vec![] }),
             }),
             kube_mvp: Some(kube_mvp::Plan { requests: 5, rounds: 1 }),
         }

@@ -110,6 +110,19 @@ fn every_variant_produces_numbers() {
         }
     }
     assert_eq!(scale["ratios"].as_object().map(|m| m.len()), Some(9), "{scale}");
+    // The storms, door by door: every watch broken came back within
+    // seconds; the L7 doors answered nothing but a watch or the 503 Status.
+    let storms = scale["storms"]["doors"].as_object().unwrap();
+    assert_eq!(storms.keys().collect::<Vec<_>>(), ["native", "plain-l7", "tcp-proxy", "wasm"], "{}", scale["storms"]);
+    for (k, d) in storms {
+        for storm in ["apiserver_stop", "envoy_restart"] {
+            let s = &d[storm];
+            assert!(s["broken"].as_u64().unwrap() > 0 && s["back_s"].as_f64().unwrap() <= 10.0, "{k} {storm}: {s}");
+            if k != "tcp-proxy" {
+                assert!(s["errors"].as_object().unwrap().keys().all(|c| c == "503 Status"), "{k} {storm}: {s}");
+            }
+        }
+    }
     // Counted under callgrind (the native door in the smoke): every window
     // had events and instructions for them, opening a watch cost some.
     let counted = &scale["counted"]["doors"]["native"];

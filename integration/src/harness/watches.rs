@@ -248,3 +248,43 @@ pub fn rewatch(client: &reqwest::Client, url: &str, n: usize) -> Rewatching {
         .collect();
     Rewatching { live, broken, errors, release, tasks }
 }
+
+/// A client of its own, HTTP/2 with prior knowledge: one node's connection.
+pub fn h2c() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap_or_default()
+}
+
+/// Every node's kubelet watches (`hold=600` on the fakes) through `base`,
+/// each node on a client of its own (one connection), each watch asked for
+/// again when its stream ends ([`rewatch`]): the storms' load
+/// (`scale_watches.rs`, the bench's scale part).
+pub fn nodes_rewatching(nodes: usize, per_node: usize, base: &str, client: impl Fn() -> reqwest::Client) -> Vec<Rewatching> {
+    let mut watching = Vec::new();
+    for n in 0..nodes {
+        let node = client();
+        for path in kubelet_watches(n, per_node, "hold=600") {
+            watching.push(rewatch(&node, &format!("{base}{path}"), 1));
+        }
+    }
+    watching
+}
+
+/// Watches whose current stream got its first event.
+pub fn live(w: &[Rewatching]) -> usize {
+    w.iter().map(Rewatching::live).sum()
+}
+
+/// Streams that ended while their watch was wanted.
+pub fn broken(w: &[Rewatching]) -> usize {
+    w.iter().map(Rewatching::broken).sum()
+}
+
+/// What the watches were answered other than a watch, by class, all
+/// together.
+pub fn errors(w: &[Rewatching]) -> std::collections::BTreeMap<String, usize> {
+    let mut all = std::collections::BTreeMap::new();
+    for (class, n) in w.iter().flat_map(Rewatching::errors) {
+        *all.entry(class).or_default() += n;
+    }
+    all
+}

@@ -42,9 +42,9 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     scale_doors: Vec<String>,
     /// With `--only scale`: only these of its parts — `timed` (the rounds),
-    /// `counted` (instructions under callgrind), `real` (real
-    /// kube-apiservers).
-    #[arg(long, value_delimiter = ',', value_parser = ["timed", "counted", "real"])]
+    /// `counted` (instructions under callgrind), `storm` (reconnect storms
+    /// door by door), `real` (real kube-apiservers).
+    #[arg(long, value_delimiter = ',', value_parser = ["timed", "counted", "storm", "real"])]
     scale_parts: Vec<String>,
     /// Machine-readable results.
     #[arg(long, default_value = "bench/results.json")]
@@ -75,6 +75,9 @@ async fn main() -> anyhow::Result<()> {
             if let Some(counted) = plan.counted.as_mut() {
                 counted.doors = args.scale_doors.clone();
             }
+            if let Some(storm) = plan.storm.as_mut() {
+                storm.doors = args.scale_doors.clone();
+            }
         }
         if let Some(counted) = plan.counted.as_mut() {
             counted.keep = args.callgrind_dir.clone();
@@ -89,6 +92,9 @@ async fn main() -> anyhow::Result<()> {
             }
             if !part("real") {
                 plan.real = None;
+            }
+            if !part("storm") {
+                plan.storm = None;
             }
         }
     }
