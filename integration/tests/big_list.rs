@@ -83,17 +83,21 @@ async fn a_gigabyte_list_streams_through_in_bounded_memory() {
     let direct_h1 = direct(client.clone()).await;
     let direct_h2 = direct(reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap()).await;
 
-    // Through a plain L7 round-robin Envoy (the same bootstrap without the
-    // routing filter or ext_proc).
-    let (plain, plain_topology) = door.another_envoy_with(integration::harness::plain_round_robin).await.unwrap();
-    let plain_url = format!("http://127.0.0.1:{}{path}", plain_topology.ports.listen);
-    let (plain_before, plain_peak) = (rss_kib(plain.pid()), PeakRss::watch(plain.pid()));
-    let start = Instant::now();
-    let (bytes, whole) = read_all(client.get(&plain_url).send().await.unwrap()).await;
-    let plain_rate = bytes as f64 / MIB as f64 / start.elapsed().as_secs_f64();
-    let plain_growth = plain_peak.peak_kib().saturating_sub(plain_before) / 1024;
-    assert!(whole, "{bytes} bytes through the plain door");
-    drop((plain_peak, plain));
+    // Through the other doors of the same bootstrap: a plain L7
+    // round-robin Envoy (without the routing filter or ext_proc) and a TCP
+    // proxy: MiB/s and Envoy's RSS growth at its peak.
+    let other = async |edit: fn(String) -> String| {
+        let (envoy, topology) = door.another_envoy_with(edit).await.unwrap();
+        let url = format!("http://127.0.0.1:{}{path}", topology.ports.listen);
+        let (before, peak) = (rss_kib(envoy.pid()), PeakRss::watch(envoy.pid()));
+        let start = Instant::now();
+        let (bytes, whole) = read_all(client.get(&url).send().await.unwrap()).await;
+        let rate = bytes as f64 / MIB as f64 / start.elapsed().as_secs_f64();
+        assert!(whole, "{bytes} bytes through {url}");
+        (rate, peak.peak_kib().saturating_sub(before) / 1024)
+    };
+    let (plain_rate, plain_growth) = other(integration::harness::plain_round_robin).await;
+    let (tcp_rate, tcp_growth) = other(integration::harness::tcp_proxy).await;
 
     // As fast as the client reads.
     let before = rss_kib(pid);
@@ -128,7 +132,7 @@ async fn a_gigabyte_list_streams_through_in_bounded_memory() {
     assert!(whole && read + rest >= mib * MIB - 64 * 1024, "{} bytes, whole: {whole}", read + rest);
 
     eprintln!(
-        "big list: {mib} MiB directly {direct_h1:.0} MiB/s (HTTP/1.1), {direct_h2:.0} MiB/s (HTTP/2); plain L7 Envoy {plain_rate:.0} MiB/s, RSS growth at its peak {plain_growth} MiB; front door ({:?}, RSS {} MiB before) {seconds:.1} s ({:.0} MiB/s), RSS growth at its peak: {fast_growth} MiB read at once, {stall_growth} MiB while the client stopped reading for 2 s, {slow_growth} MiB for that whole read",
+        "big list: {mib} MiB directly {direct_h1:.0} MiB/s (HTTP/1.1), {direct_h2:.0} MiB/s (HTTP/2); plain L7 Envoy {plain_rate:.0} MiB/s, RSS growth at its peak {plain_growth} MiB; TCP proxy {tcp_rate:.0} MiB/s, {tcp_growth} MiB; front door ({:?}, RSS {} MiB before) {seconds:.1} s ({:.0} MiB/s), RSS growth at its peak: {fast_growth} MiB read at once, {stall_growth} MiB while the client stopped reading for 2 s, {slow_growth} MiB for that whole read",
         integration::harness::FilterBuild::from_env(),
         before / 1024,
         mib as f64 / seconds
