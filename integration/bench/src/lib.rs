@@ -31,6 +31,7 @@ pub mod scale;
 pub mod scale_counted;
 pub mod scale_real;
 pub mod scale_storm;
+pub mod scale_traffic;
 mod settings;
 pub mod variants;
 

@@ -1,7 +1,8 @@
 //! The scale part (issue 48, `bench --only scale`): simulated kubelets —
 //! each one HTTP/2 connection carrying a kubelet's watches
-//! ([`kubelet_watches`]) and renewing its lease — through five doors side
-//! by side on the same three fake apiservers:
+//! ([`kubelet_watches`]), renewing its lease and patching its node's
+//! status, with controllers' lists beside them ([`super::scale_traffic`])
+//! — through five doors side by side on the same three fake apiservers:
 //!
 //! - `direct`: each node's connection to one apiserver (node n to the
 //!   n-th, round robin), no door: what the apiservers carry at least;
@@ -75,6 +76,9 @@ pub struct DoorFigures {
     /// per second the clients read (every event got through).
     pub events_per_s: Spread,
     pub client_mib_per_s: Spread,
+    /// The other requests per second in the window (leases, node status,
+    /// controllers' lists: `scale_traffic`), every one answered 200.
+    pub requests_per_s: Spread,
     /// Apiserver connections the door's load opened.
     pub apiserver_connections: Spread,
 }
@@ -128,6 +132,7 @@ struct Round {
     cpu_ms_per_10k_opened: f64,
     cpu_ms_per_1000_events: f64,
     events_per_s: f64,
+    requests_per_s: f64,
     client_mib_per_s: f64,
     connections: f64,
 }
@@ -192,6 +197,7 @@ pub async fn run(plan: &Plan) -> Result<Scale> {
             open_s: spread(rs, |r| r.open_s),
             events_per_s: spread(rs, |r| r.events_per_s),
             client_mib_per_s: spread(rs, |r| r.client_mib_per_s),
+            requests_per_s: spread(rs, |r| r.requests_per_s),
             apiserver_connections: spread(rs, |r| r.connections),
             ..DoorFigures::default()
         };
@@ -249,14 +255,9 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
     let open_s = started.elapsed().as_secs_f64();
     let cpu_opened = cpu() - cpu_before;
     let (rss, heap) = (pid.map(rss_mib).unwrap_or(0.0) - rss_before, heap().await - heap_before);
-    for (n, (client, _, base)) in opened.iter().enumerate() {
-        let lease = format!("{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-{n}");
-        let body = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("node-{n}")}});
-        let status = client.put(lease).json(&body).send().await?.status();
-        if status != 200 {
-            bail!("a lease renewal: {status}");
-        }
-    }
+    // The cluster's other traffic beside the watches: leases, node
+    // status, controllers' lists.
+    let traffic = super::scale_traffic::Traffic::start(&opened);
     let connections_held = match envoy {
         Some(_) => connections().await,
         None => fake_connections().await.saturating_sub(connections_before),
@@ -266,6 +267,10 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
     tokio::time::sleep(plan.window).await;
     let (events_sent, bytes, cpu_window, window) =
         (events().await - events_before, received(&opened) - received_before, cpu() - cpu_before, window_started.elapsed().as_secs_f64());
+    let (requests, failed) = traffic.stop().await;
+    if failed > 0 {
+        bail!("{failed} of {requests} lease renewals, status patches and controllers' lists not answered 200");
+    }
     for (_, held, _) in opened {
         for h in held {
             h.end().await;
@@ -286,6 +291,7 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
         cpu_ms_per_10k_opened: cpu_opened * per_10k,
         cpu_ms_per_1000_events: cpu_window * 1000.0 / events_sent.max(1) as f64,
         events_per_s: events_sent as f64 / window,
+        requests_per_s: requests as f64 / window,
         client_mib_per_s: bytes as f64 / window / (1024.0 * 1024.0),
         connections: connections_held as f64,
     })
@@ -340,18 +346,19 @@ pub fn render(s: &Scale) -> String {
         "\n{} watches of {} nodes (one HTTP/2 connection each), an event every {} ms per watch, {} s windows, {} rounds; every Envoy one worker\n\n",
         s.watches, s.nodes, s.event_interval_ms, s.window_s, s.rounds
     );
-    out.push_str("| door | open s | Envoy heap MiB / 10k watches | Envoy RSS MiB / 10k watches (first round) | Envoy CPU ms / 10k watches opened | Envoy CPU ms / 1,000 events | events / s | apiserver connections |\n|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| door | open s | Envoy heap MiB / 10k watches | Envoy RSS MiB / 10k watches (first round) | Envoy CPU ms / 10k watches opened | Envoy CPU ms / 1,000 events | events / s | other requests / s | apiserver connections |\n|---|---|---|---|---|---|---|---|---|\n");
     for name in DOORS {
         let Some(d) = s.doors.get(name) else { continue };
         let envoy = |x: &Spread, digits: usize| if name == "direct" { "–".to_string() } else { m(x, digits) };
         out.push_str(&format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             m(&d.open_s, 2),
             envoy(&d.envoy_heap_mib_per_10k_watches, 0),
             if name == "direct" { "–".to_string() } else { format!("{:.0}", d.envoy_rss_mib_per_10k_watches_first_round) },
             envoy(&d.envoy_cpu_ms_per_10k_watches_opened, 0),
             envoy(&d.envoy_cpu_ms_per_1000_events, 1),
             m(&d.events_per_s, 0),
+            m(&d.requests_per_s, 1),
             m(&d.apiserver_connections, 0),
         ));
     }

@@ -103,6 +103,9 @@ fn every_variant_produces_numbers() {
     let nodes = scale["nodes"].as_f64().unwrap();
     for (k, d) in doors {
         assert!(d["events_per_s"]["median"].as_f64().unwrap() > 0.0 && d["client_mib_per_s"]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
+        // Leases, node status and controllers' lists went through it too
+        // (every one answered 200, or the round fails).
+        assert!(d["requests_per_s"]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
         let connections = d["apiserver_connections"]["median"].as_f64().unwrap();
         assert_eq!(connections, if ["direct", "tcp-proxy"].contains(&k.as_str()) { nodes } else { 3.0 }, "{k}: {d}");
         if k != "direct" {
