@@ -105,25 +105,26 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
     Held { statuses, received, release, tasks }
 }
 
-/// TCP connections established to local `port` (the server's side of
-/// each), from /proc/net/tcp and tcp6: what `ss -tn state established
-/// sport = :port` counts.
-pub fn established_to(port: u16) -> usize {
+/// The ESTABLISHED rows of /proc/net/tcp and tcp6, split into fields
+/// (`local_address` and `rem_address` are ADDR:PORT in hex, `st` 01 is
+/// ESTABLISHED, field 9 the socket's inode).
+fn established_rows() -> Vec<Vec<String>> {
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
-        .map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter(|line| {
-                    let f: Vec<&str> = line.split_whitespace().collect();
-                    // local_address is ADDR:PORT in hex; st 01 is ESTABLISHED.
-                    f.len() > 3 && f[3] == "01" && f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
-                })
-                .count()
-        })
-        .sum()
+        .flat_map(|table| table.lines().skip(1).map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>()).collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[3] == "01")
+        .collect()
+}
+
+fn port_of(address: &str) -> Option<u16> {
+    u16::from_str_radix(address.rsplit(':').next()?, 16).ok()
+}
+
+/// TCP connections established to local `port` (the server's side of
+/// each): what `ss -tn state established sport = :port` counts.
+pub fn established_to(port: u16) -> usize {
+    established_rows().iter().filter(|f| port_of(&f[1]) == Some(port)).count()
 }
 
 /// TCP connections to `port` in state ESTABLISHED whose client end belongs
@@ -138,24 +139,7 @@ pub fn established_from(pid: u32, port: u16) -> usize {
                 .collect()
         })
         .unwrap_or_default();
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter(|line| {
-                    let f: Vec<&str> = line.split_whitespace().collect();
-                    // rem_address is ADDR:PORT in hex; st 01 is ESTABLISHED; field 9 the inode.
-                    f.len() > 9
-                        && f[3] == "01"
-                        && f[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
-                        && inodes.contains(f[9])
-                })
-                .count()
-        })
-        .sum()
+    established_rows().iter().filter(|f| port_of(&f[2]) == Some(port) && inodes.contains(&f[9])).count()
 }
 
 /// Watches that, like a client-go reflector, watch again whenever their
