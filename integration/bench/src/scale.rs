@@ -255,13 +255,17 @@ async fn one_door(door: &FrontDoor, plan: &Plan, bases: &[String], envoy: Option
     let open_s = started.elapsed().as_secs_f64();
     let cpu_opened = cpu() - cpu_before;
     let (rss, heap) = (pid.map(rss_mib).unwrap_or(0.0) - rss_before, heap().await - heap_before);
-    // The cluster's other traffic beside the watches: leases, node
-    // status, controllers' lists.
-    let traffic = super::scale_traffic::Traffic::start(&opened);
+    // The watches' connections, counted before the other traffic starts:
+    // through a TCP proxy or directly, each controller's list opens a
+    // connection of its own while it runs, and whether one is running
+    // when counted is a race (a smoke saw nodes + 1).
     let connections_held = match envoy {
         Some(_) => connections().await,
         None => fake_connections().await.saturating_sub(connections_before),
     };
+    // The cluster's other traffic beside the watches: leases, node
+    // status, controllers' lists.
+    let traffic = super::scale_traffic::Traffic::start(&opened);
     // The window of events: what Envoy's CPU does for them.
     let (events_before, received_before, cpu_before, window_started) = (events().await, received(&opened), cpu(), Instant::now());
     tokio::time::sleep(plan.window).await;
