@@ -82,7 +82,7 @@ pub fn hcm_options(request_headers_timeout: Duration) -> Value {
 /// HTTP/2 rapid reset, CVE-2023-44487). Without it, one connection's burst
 /// of HEADERS + RST_STREAM pairs was worked through in a single turn,
 /// every other connection of that worker waiting behind it (measured,
-/// `adversarial::a_rapid_reset_flood_is_cut_off_and_the_others_are_served`:
+/// `rapid_reset::a_rapid_reset_flood_is_cut_off_and_the_others_are_served`:
 /// a legitimate client's p99 0.6–1.5 s under the flood on the wasm build,
 /// and the flood kept its connections because its requests were answered
 /// before their resets; with 1: 25–100 ms, every flood connection closed

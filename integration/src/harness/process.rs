@@ -118,3 +118,29 @@ pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
+
+/// Pins the calling thread to core `cpu`; processes it spawns afterwards
+/// inherit the pin. A test that measures latency under a flood pins its own
+/// side (clients, attacker, fakes) apart from the door's Envoy, as they are
+/// apart in a cluster: otherwise the kernel's time slices between them are
+/// what is measured.
+pub fn pin_this_thread(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the calling thread (0), a set of the size given.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        bail!("pinning this thread to core {cpu}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins every thread of process `pid` to the cores `cpus` (taskset list).
+pub fn pin_process(pid: u32, cpus: &str) -> Result<()> {
+    let out = Command::new("taskset").args(["-a", "-p", "-c", cpus, &pid.to_string()]).stdout(Stdio::null()).output()?;
+    if !out.status.success() {
+        bail!("taskset -a -p -c {cpus} {pid}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
