@@ -271,6 +271,36 @@ async fn a_request_for_a_restarting_apiserver_waits_for_it_instead_of_a_503() {
     assert_eq!(counted, rerouted_before + 2, "two held requests, each counted once");
 }
 
+/// A held request ends by its hold's deadline while Envoy's main thread is
+/// stalled (issue 47 item 4; ptrace stops that one thread, the workers run
+/// on). Before, the native build's held requests were woken at their
+/// deadline by the main thread only (and a worker's own sweep, 10 s late,
+/// and only when that worker saw another request): this one waited as long
+/// as the main thread stalled — past the 10 s the test gives it. Now a
+/// thread of the module wakes it 0.2 s past the deadline whatever the
+/// main thread does; the proxy-wasm build's hold is its worker's call and
+/// never waited on the main thread.
+#[tokio::test]
+async fn a_held_request_ends_by_its_deadline_while_envoys_main_thread_is_stalled() {
+    use integration::harness::process::StoppedThread;
+    let hold = Duration::from_secs(2);
+    let mut door = FrontDoor::start(&three(), Options { hold_unavailable: Some(hold), ..Options::default() }).await.unwrap();
+    let closed = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
+    door.fake_mut("v137").proc.kill();
+    door.wait_table_published(closed).await.unwrap();
+    let (only_v137, _) = PATHS[0];
+    let stalled = StoppedThread::stop(door.envoy.pid()).unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(10), timed_get(door.http.clone(), door.url(only_v137))).await;
+    drop(stalled);
+    let (status, retry_after, body, took) = answered.expect("the held request not answered within 10 s while Envoy's main thread was stalled");
+    eprintln!("held while the main thread was stalled, answered after {took:?}");
+    assert_eq!((status, body["kind"].as_str(), retry_after.as_deref()), (503, Some("Status"), Some("1")), "{body}");
+    assert!(took >= hold - Duration::from_millis(100) && took < hold + Duration::from_secs(2), "answered after {took:?}, the hold is {hold:?}");
+    // The main thread resumed: the door goes on as before.
+    let shared = door.http.get(door.url(PATHS[2].0)).send().await.unwrap();
+    assert_eq!(shared.status(), 200);
+}
+
 /// Status, `Retry-After`, body and time taken of a GET.
 async fn timed_get(client: reqwest::Client, url: String) -> (u16, Option<String>, Value, Duration) {
     let started = std::time::Instant::now();

@@ -24,12 +24,19 @@
 //! A scheduler is deleted by the worker only, after taking it out of its
 //! waiter under the waiter's lock — the lock the main thread commits
 //! under — so a commit never meets a deleted scheduler.
+//!
+//! The deadline does not depend on Envoy's main thread: a thread of this
+//! module ([`start_deadlines`]) wakes a waiter [`BACKSTOP_MS`] past its
+//! deadline when the main thread has not (it stalled: a slow xDS update,
+//! a blocked health check), as it commits to the same schedulers under
+//! the same locks. Without it a held request waited for the main thread —
+//! as long as the main thread stalled, not its hold.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use mvp_filter_core::hold::has_room;
 
@@ -43,7 +50,7 @@ pub const HELD: u64 = 1;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Only a panic elsewhere poisons these: their contents stay whole.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Milliseconds on a clock every thread of the process shares.
@@ -87,6 +94,59 @@ pub fn set_main(scheduler: *mut c_void) {
     *lock(&MAIN) = scheduler as usize;
     // An event posted to an earlier scheduler is gone with it.
     HELD_POSTED.store(false, Ordering::SeqCst);
+    start_deadlines();
+}
+
+/// How long past a waiter's deadline the deadline thread wakes it: the main
+/// thread's hold timer wakes it at the deadline itself while it runs.
+pub const BACKSTOP_MS: u64 = 200;
+
+/// The deadline thread waits on it with [`WAITERS`]' lock.
+static DEADLINE_MOVED: Condvar = Condvar::new();
+/// When the deadline thread looks next ([`now_ms`]), `u64::MAX` when it
+/// waits to be told. Written and read under [`WAITERS`]' lock.
+static NEXT_LOOK_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Starts the deadline thread, once per process (the module is never
+/// unloaded: `do_not_close`). Without it (the system refused a thread) the
+/// main thread's timer and the workers' [`sweep`] still wake waiters.
+fn start_deadlines() {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    STARTED.get_or_init(|| std::thread::Builder::new().name("mvp-hold-dl".into()).spawn(deadlines).is_ok());
+}
+
+/// The deadline thread: wakes every waiter [`BACKSTOP_MS`] past its
+/// deadline, sleeps until the next one is.
+fn deadlines() {
+    let mut list = lock(&WAITERS);
+    loop {
+        let now = now_ms();
+        list.retain(|w| {
+            let overdue = now >= w.deadline_ms.saturating_add(BACKSTOP_MS);
+            if overdue {
+                commit(w);
+            }
+            !overdue && lock(&w.scheduler).is_some()
+        });
+        let next = list.iter().map(|w| w.deadline_ms.saturating_add(BACKSTOP_MS)).min();
+        NEXT_LOOK_MS.store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
+        list = match next {
+            Some(at) => DEADLINE_MOVED.wait_timeout(list, Duration::from_millis(at.saturating_sub(now))).map(|(l, _)| l).unwrap_or_else(|e| e.into_inner().0),
+            None => DEADLINE_MOVED.wait(list).unwrap_or_else(PoisonError::into_inner),
+        };
+    }
+}
+
+/// Lists a waiter; tells the deadline thread when it is due before the
+/// thread would look (held requests share one hold length, so rarely).
+fn list_waiter(waiter: Arc<Waiter>) {
+    let due = waiter.deadline_ms.saturating_add(BACKSTOP_MS);
+    let mut list = lock(&WAITERS);
+    list.push(waiter);
+    if due < NEXT_LOOK_MS.load(Ordering::SeqCst) {
+        NEXT_LOOK_MS.store(due, Ordering::SeqCst);
+        DEADLINE_MOVED.notify_one();
+    }
 }
 
 /// The refresher is going: no new holds; the held ones are woken (and,
@@ -177,7 +237,7 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
         unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
         return false;
     }
-    lock(&WAITERS).push(waiter);
+    list_waiter(waiter);
     if HELD_POSTED.swap(true, Ordering::SeqCst) {
         // The main thread will look, and see this one.
         return true;
@@ -193,8 +253,9 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
 }
 
 /// How long past its deadline a parked request means its wake was lost:
-/// the main thread wakes every request at its deadline, so it stalled (or
-/// the stream ended without the stream-end hook reaching us).
+/// the main thread wakes every request at its deadline and the deadline
+/// thread [`BACKSTOP_MS`] after it, so both stalled or the event was
+/// dropped (the stream ended without the stream-end hook reaching us).
 const ENDED_AFTER_MS: u64 = 10_000;
 
 /// The worker's own sweep, never a forgetting one: a parked request long

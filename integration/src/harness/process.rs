@@ -144,3 +144,43 @@ pub fn pin_process(pid: u32, cpus: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// One thread of a child process stopped — ptrace seizes and interrupts
+/// it, the process's other threads run on — until dropped. What a stalled
+/// thread looks like from outside: SIGSTOP would stop the whole process.
+/// Dropped on the thread that stopped it (ptrace's tracer is a thread).
+pub struct StoppedThread {
+    tid: libc::pid_t,
+}
+
+impl StoppedThread {
+    /// Stops thread `tid` (a process's main thread: its pid).
+    pub fn stop(tid: u32) -> Result<StoppedThread> {
+        let tid = libc::pid_t::try_from(tid)?;
+        let none = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: ptrace requests on a thread of our own child; no memory
+        // is passed (null address and data).
+        unsafe {
+            if libc::ptrace(libc::PTRACE_SEIZE, tid, none, none) != 0 {
+                bail!("ptrace seize of thread {tid}: {}", std::io::Error::last_os_error());
+            }
+            let stopped = StoppedThread { tid };
+            if libc::ptrace(libc::PTRACE_INTERRUPT, tid, none, none) != 0 {
+                bail!("ptrace interrupt of thread {tid}: {}", std::io::Error::last_os_error());
+            }
+            let mut status = 0;
+            if libc::waitpid(tid, &mut status, libc::__WALL) != tid {
+                bail!("waiting for thread {tid} to stop: {}", std::io::Error::last_os_error());
+            }
+            Ok(stopped)
+        }
+    }
+}
+
+impl Drop for StoppedThread {
+    fn drop(&mut self) {
+        let none = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: detaching the thread this value seized; it runs on.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, none, none) };
+    }
+}
