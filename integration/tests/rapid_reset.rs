@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration::harness::process::{pin_process, pin_this_thread};
+use integration::harness::process::{allowed_cpus, pin_process, pin_this_thread};
 use integration::harness::{FrontDoor, Options, three_fakes};
 
 /// One attacker's HTTP/2 rapid reset (CVE-2023-44487) aimed at the hold: on
@@ -31,11 +31,16 @@ use integration::harness::{FrontDoor, Options, three_fakes};
 #[tokio::test]
 async fn a_rapid_reset_flood_is_cut_off_and_the_others_are_served() {
     const ONLY_V137: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
-    let apart = std::env::var_os("MVP_FLOOD_SHARED_CORES").is_none() && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    if apart {
+    // Two of the cores this test may use: Envoy's, and the others'.
+    let cores = match allowed_cpus().as_slice() {
+        [others, envoy, ..] if std::env::var_os("MVP_FLOOD_SHARED_CORES").is_none() => Some((*others, *envoy)),
+        _ => None,
+    };
+    let apart = cores.is_some();
+    if let Some((others, _)) = cores {
         // This test's thread runs the legitimate client and spawns the
-        // attacker, the fakes and mvp-ext-proc: they inherit core 0.
-        pin_this_thread(0).unwrap();
+        // attacker, the fakes and mvp-ext-proc: they inherit its core.
+        pin_this_thread(others).unwrap();
     }
     let concurrency = if apart { 1 } else { 2 };
     let mut options = Options { hold_unavailable: Some(Duration::from_secs(5)), concurrency, ..Options::default() };
@@ -45,8 +50,8 @@ async fn a_rapid_reset_flood_is_cut_off_and_the_others_are_served() {
         options.edit_config = Some(|y| y.replace("http.max_requests_per_io_cycle: 1", "http.max_requests_per_io_cycle: 100000"));
     }
     let mut door = FrontDoor::start(&three_fakes(), options).await.unwrap();
-    if apart {
-        pin_process(door.envoy.pid(), "1").unwrap();
+    if let Some((_, envoy)) = cores {
+        pin_process(door.envoy.pid(), &envoy.to_string()).unwrap();
     }
     door.fake_mut("v137").proc.kill();
     let closed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));

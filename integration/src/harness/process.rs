@@ -136,6 +136,19 @@ pub fn pin_this_thread(cpu: usize) -> Result<()> {
     Ok(())
 }
 
+/// The cores this thread may run on (its affinity: a container's cpuset,
+/// not always 0 and 1).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, filled by the call.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the calling thread (0), a set of the size given.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return vec![];
+    }
+    // SAFETY: reading bits within the set's size.
+    (0..libc::CPU_SETSIZE as usize).filter(|c| unsafe { libc::CPU_ISSET(*c, &set) }).collect()
+}
+
 /// Pins every thread of process `pid` to the cores `cpus` (taskset list).
 pub fn pin_process(pid: u32, cpus: &str) -> Result<()> {
     let out = Command::new("taskset").args(["-a", "-p", "-c", cpus, &pid.to_string()]).stdout(Stdio::null()).output()?;
