@@ -277,8 +277,8 @@ async fn a_request_for_a_restarting_apiserver_waits_for_it_instead_of_a_503() {
 /// deadline by the main thread only (and a worker's own sweep, 10 s late,
 /// and only when that worker saw another request): this one waited as long
 /// as the main thread stalled — past the 10 s the test gives it. Now a
-/// thread of the module wakes it 0.2 s past the deadline whatever the
-/// main thread does; the proxy-wasm build's hold is its worker's call and
+/// thread of the module wakes every held request at its deadline, the main
+/// thread only those a new table may serve; the proxy-wasm build's hold is its worker's call and
 /// never waited on the main thread.
 #[tokio::test]
 async fn a_held_request_ends_by_its_deadline_while_envoys_main_thread_is_stalled() {

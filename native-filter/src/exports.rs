@@ -173,15 +173,16 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_new(config: Module
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(envoy: EnvoyPtr, config: ModulePtr, timer: *mut c_void) {
+pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_timer_fired(envoy: EnvoyPtr, config: ModulePtr, _timer: *mut c_void) {
     guard((), || {
         if let Some(r) = unsafe { (config as *const RefresherExtension).as_ref() } {
-            r.on_timer_fired(envoy, timer);
+            r.on_timer_fired(envoy);
         }
     })
 }
 
-/// A worker held a request: the main thread arms its hold timer.
+/// A worker held a request: the main thread wakes it if the table moved
+/// on meanwhile.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(_envoy: EnvoyPtr, config: ModulePtr, event: u64) {
     guard((), || {

@@ -15,9 +15,9 @@
 //!   an event for a stream that is gone is dropped), lists a [`Waiter`]
 //!   process-wide and tells the main thread;
 //! - the main thread (the refresher's bootstrap extension) wakes every
-//!   waiter that is due — after each table it publishes, and by its hold
-//!   timer at the earliest deadline — by committing an event to its
-//!   scheduler;
+//!   waiter whose table moved on — after each table it publishes — by
+//!   committing an event to its scheduler; a thread of this module
+//!   ([`start_deadlines`]) wakes each at its deadline the same way;
 //! - the worker, on that event, routes the request again by the newest
 //!   table and lets it go on (or parks it again while time remains).
 //!
@@ -25,12 +25,10 @@
 //! waiter under the waiter's lock — the lock the main thread commits
 //! under — so a commit never meets a deleted scheduler.
 //!
-//! The deadline does not depend on Envoy's main thread: a thread of this
-//! module ([`start_deadlines`]) wakes a waiter [`BACKSTOP_MS`] past its
-//! deadline when the main thread has not (it stalled: a slow xDS update,
-//! a blocked health check), as it commits to the same schedulers under
-//! the same locks. Without it a held request waited for the main thread —
-//! as long as the main thread stalled, not its hold.
+//! The deadline does not depend on Envoy's main thread: before, the main
+//! thread's timer woke deadlines too, and a held request waited as long as
+//! the main thread stalled (a slow xDS update, a blocked health check),
+//! not its hold.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -97,38 +95,35 @@ pub fn set_main(scheduler: *mut c_void) {
     start_deadlines();
 }
 
-/// How long past a waiter's deadline the deadline thread wakes it: the main
-/// thread's hold timer wakes it at the deadline itself while it runs.
-pub const BACKSTOP_MS: u64 = 200;
-
 /// The deadline thread waits on it with [`WAITERS`]' lock.
 static DEADLINE_MOVED: Condvar = Condvar::new();
 /// When the deadline thread looks next ([`now_ms`]), `u64::MAX` when it
 /// waits to be told. Written and read under [`WAITERS`]' lock.
 static NEXT_LOOK_MS: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Starts the deadline thread, once per process (the module is never
-/// unloaded: `do_not_close`). Without it (the system refused a thread) the
-/// main thread's timer and the workers' [`sweep`] still wake waiters.
+/// Whether the deadline thread runs (started once per process: the module
+/// is never unloaded, `do_not_close`). Nothing is held without it, since
+/// nothing would end a hold on time.
+static DEADLINES: OnceLock<bool> = OnceLock::new();
+
 fn start_deadlines() {
-    static STARTED: OnceLock<bool> = OnceLock::new();
-    STARTED.get_or_init(|| std::thread::Builder::new().name("mvp-hold-dl".into()).spawn(deadlines).is_ok());
+    DEADLINES.get_or_init(|| std::thread::Builder::new().name("mvp-hold-dl".into()).spawn(deadlines).is_ok());
 }
 
-/// The deadline thread: wakes every waiter [`BACKSTOP_MS`] past its
-/// deadline, sleeps until the next one is.
+/// The deadline thread: wakes every waiter at its deadline, sleeps until
+/// the next one is.
 fn deadlines() {
     let mut list = lock(&WAITERS);
     loop {
         let now = now_ms();
         list.retain(|w| {
-            let overdue = now >= w.deadline_ms.saturating_add(BACKSTOP_MS);
+            let overdue = now >= w.deadline_ms;
             if overdue {
                 commit(w);
             }
             !overdue && lock(&w.scheduler).is_some()
         });
-        let next = list.iter().map(|w| w.deadline_ms.saturating_add(BACKSTOP_MS)).min();
+        let next = list.iter().map(|w| w.deadline_ms).min();
         NEXT_LOOK_MS.store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
         list = match next {
             Some(at) => DEADLINE_MOVED.wait_timeout(list, Duration::from_millis(at.saturating_sub(now))).map(|(l, _)| l).unwrap_or_else(|e| e.into_inner().0),
@@ -140,7 +135,7 @@ fn deadlines() {
 /// Lists a waiter; tells the deadline thread when it is due before the
 /// thread would look (held requests share one hold length, so rarely).
 fn list_waiter(waiter: Arc<Waiter>) {
-    let due = waiter.deadline_ms.saturating_add(BACKSTOP_MS);
+    let due = waiter.deadline_ms;
     let mut list = lock(&WAITERS);
     list.push(waiter);
     if due < NEXT_LOOK_MS.load(Ordering::SeqCst) {
@@ -169,22 +164,20 @@ fn commit(w: &Waiter) {
     }
 }
 
-/// Main thread: wakes every waiter whose table moved on or whose deadline
-/// passed; the milliseconds until the earliest remaining deadline.
-pub fn wake_due() -> Option<u64> {
+/// Main thread: wakes every waiter whose table moved on (deadlines are
+/// the deadline thread's).
+pub fn wake_moved() {
     HELD_POSTED.store(false, Ordering::SeqCst);
-    let now = now_ms();
     let version = process::version();
     let mut list = lock(&WAITERS);
     list.retain(|w| {
-        let due = w.seen != version || now >= w.deadline_ms;
+        let due = w.seen != version;
         if due {
             commit(w);
         }
         // One the worker took back needs no wake either.
         !due && lock(&w.scheduler).is_some()
     });
-    list.iter().map(|w| w.deadline_ms.saturating_sub(now)).min()
 }
 
 /// A request this worker holds.
@@ -219,7 +212,7 @@ pub struct Released {
 pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_held: u32, per_client: u32) -> bool {
     let Released { since_ms, deadline_ms, .. } = span;
     let main = *lock(&MAIN);
-    if main == 0 {
+    if main == 0 || DEADLINES.get() != Some(&true) {
         return false;
     }
     sweep(since_ms);
@@ -253,9 +246,9 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
 }
 
 /// How long past its deadline a parked request means its wake was lost:
-/// the main thread wakes every request at its deadline and the deadline
-/// thread [`BACKSTOP_MS`] after it, so both stalled or the event was
-/// dropped (the stream ended without the stream-end hook reaching us).
+/// the deadline thread wakes every request at its deadline, so the event
+/// was dropped (the stream ended without the stream-end hook reaching us)
+/// or the worker's loop stalled.
 const ENDED_AFTER_MS: u64 = 10_000;
 
 /// The worker's own sweep, never a forgetting one: a parked request long

@@ -17,8 +17,6 @@ use crate::host::{Answer, CounterIds, NativeHost, Target};
 pub struct RefresherExtension {
     refresher: RefCell<Refresher>,
     timer: *mut c_void,
-    /// Wakes held requests at the earliest deadline (`hold.rs`).
-    hold_timer: *mut c_void,
     counters: CounterIds,
     version_gauge: Option<usize>,
 }
@@ -44,8 +42,7 @@ impl RefresherExtension {
         let r = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_define_gauge(envoy, ModuleBuffer::of(Gauge::TableVersion.name().as_bytes()), std::ptr::null_mut(), 0, &mut id) };
         let version_gauge = (r == abi::METRICS_SUCCESS).then_some(id);
         let timer = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(envoy) };
-        let hold_timer = unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_new(envoy) };
-        if timer.is_null() || hold_timer.is_null() {
+        if timer.is_null() {
             return Err("Envoy gave the refresher no timer".into());
         }
         // Workers tell the main thread of a held request through it.
@@ -56,29 +53,23 @@ impl RefresherExtension {
         // The first call goes out from the event loop, once the clusters exist.
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(timer, 0) };
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(envoy) };
-        Ok(RefresherExtension { refresher: RefCell::new(Refresher::new(config)), timer, hold_timer, counters, version_gauge })
+        Ok(RefresherExtension { refresher: RefCell::new(Refresher::new(config)), timer, counters, version_gauge })
     }
 
     fn host<'a>(&'a self, envoy: EnvoyPtr, answer: Option<Answer<'a>>) -> NativeHost<'a> {
         NativeHost::new(Target::Refresher { config: envoy, counters: &self.counters, version_gauge: self.version_gauge, answer })
     }
 
-    /// One of its timers fired.
-    pub fn on_timer_fired(&self, envoy: EnvoyPtr, timer: *mut c_void) {
-        if timer == self.hold_timer {
-            self.wake_held();
-        } else {
-            self.on_timer(envoy);
-        }
+    /// Its timer fired.
+    pub fn on_timer_fired(&self, envoy: EnvoyPtr) {
+        self.on_timer(envoy);
     }
 
-    /// Wakes the held requests that are due (a new table, or their
-    /// deadline); the hold timer for the next deadline. Also the main
-    /// thread's answer to a worker that held one.
+    /// Wakes the held requests a new table may serve. Also the main
+    /// thread's answer to a worker that held one (the table may have moved
+    /// on while it did).
     pub fn wake_held(&self) {
-        if let Some(ms) = hold::wake_due() {
-            unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_enable(self.hold_timer, ms.max(1)) };
-        }
+        hold::wake_moved();
     }
 
     /// The timer: the next call (none while one is in flight).
@@ -119,6 +110,5 @@ impl Drop for RefresherExtension {
     fn drop(&mut self) {
         hold::clear_main();
         unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(self.timer) };
-        unsafe { abi::envoy_dynamic_module_callback_bootstrap_extension_timer_delete(self.hold_timer) };
     }
 }
