@@ -53,6 +53,9 @@ pub struct ServeOptions {
     pub max_held_table_calls: usize,
     /// `--apiserver-http2-max-streams-per-connection`.
     pub apiserver_http2_max_streams: u32,
+    /// `--apiserver-h2c`: plaintext apiservers take HTTP/2 with prior
+    /// knowledge (HTTP/1.1 otherwise).
+    pub apiserver_h2c: bool,
     /// Mutual TLS on the TCP gRPC listeners (`--tls-cert-file`,
     /// `--tls-private-key-file`, `--client-ca-file`).
     pub grpc_tls: Option<crate::grpc::tls::GrpcTlsFiles>,
@@ -73,6 +76,9 @@ pub fn serve(o: ServeOptions) -> anyhow::Result<()> {
     if !o.apiservers.is_empty() || o.membership.is_none() {
         apiservers::validate_set(&o.apiservers).map_err(anyhow::Error::msg)?;
         apiservers::check_schemes(&o.apiservers, o.peer_tls.as_ref()).map_err(anyhow::Error::msg)?;
+    }
+    if o.apiserver_h2c && o.peer_tls.is_some() {
+        anyhow::bail!("--apiserver-h2c is for http:// apiservers; https:// ones negotiate HTTP/2 by ALPN");
     }
     GrpcListen::check_distinct(&o.grpc_listen).map_err(anyhow::Error::msg)?;
     if o.refresh_interval.is_zero() {
@@ -96,6 +102,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         o.discovery_token_file.as_deref(),
         o.peer_tls.as_ref().zip(rotation.as_ref().map(|(r, _)| r.client_config.clone())),
         &o.username_header,
+        o.apiserver_h2c,
     )?;
     let options = SyncOptions { interval: o.refresh_interval, discovery: o.discovery, departed_retention: o.departed_retention };
     let seed = membership::from_seed(&o.apiservers);
@@ -120,6 +127,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         peer_tls: o.peer_tls.clone(),
         username_header: o.username_header.clone(),
         http2_max_streams: Some(o.apiserver_http2_max_streams),
+        plaintext_h2c: o.apiserver_h2c,
     };
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::unpublished());
     let (stop, stopping) = Stop::new();

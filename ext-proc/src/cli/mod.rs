@@ -206,6 +206,16 @@ struct ServeArgs {
     /// streams past it are refused (and retried on another apiserver only).
     #[arg(long, default_value_t = crate::xds::APISERVER_HTTP2_MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..=32768))]
     apiserver_http2_max_streams_per_connection: u32,
+    /// The http:// apiservers take HTTP/2 with prior knowledge (h2c), so
+    /// every request a worker sends one of them shares a connection.
+    /// Without it they are spoken to in HTTP/1.1 — what kube-apiserver's old
+    /// insecure port, `kubectl proxy` and plain proxies speak — one
+    /// connection per request in flight. mvp-ext-proc's own discovery then
+    /// speaks h2c too, so a member that does not take it is never opened
+    /// (its error says why) instead of answering every request with a 502.
+    /// https:// apiservers negotiate HTTP/2 by ALPN whatever this says.
+    #[arg(long)]
+    apiserver_h2c: bool,
     /// Protect the operator endpoints (--metrics-listen: /metrics, /table,
     /// /debug/route, the status page) as kube's components protect theirs:
     /// a bearer token reviewed by this cluster (TokenReview), its user
@@ -289,6 +299,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_ads_streams: a.max_ads_streams,
         max_held_table_calls: a.max_held_table_calls,
         apiserver_http2_max_streams: a.apiserver_http2_max_streams_per_connection,
+        apiserver_h2c: a.apiserver_h2c,
         metrics_tls: a.metrics_tls,
         delegated_auth: match (a.authentication_kubeconfig, a.delegated_auth_in_cluster) {
             (Some(path), _) => Some(Some(path)),

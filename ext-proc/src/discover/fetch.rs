@@ -26,7 +26,7 @@ pub enum FetchError {
     Invalid(String),
 }
 
-fn transport(e: reqwest::Error) -> FetchError {
+fn transport(e: reqwest::Error, base: &str) -> FetchError {
     // reqwest's Display omits the cause ("error sending request"); the chain
     // says what actually happened (connection refused, timeout, TLS).
     let mut msg = e.to_string();
@@ -36,8 +36,17 @@ fn transport(e: reqwest::Error) -> FetchError {
         msg.push_str(&s.to_string());
         src = s.source();
     }
+    // HTTP/2 in plaintext is spoken only with `serve --apiserver-h2c`; an
+    // HTTP/1.1-only server answers its preface with garbage.
+    if base.starts_with("http://") && msg.contains("http2 error") {
+        msg.push_str(H2C_HINT);
+    }
     FetchError::Transport(msg)
 }
+
+/// What a plaintext server's HTTP/2 failure most likely means.
+const H2C_HINT: &str = " (this plaintext apiserver does not take HTTP/2 with prior knowledge, h2c: \
+    drop --apiserver-h2c if it speaks HTTP/1.1 only)";
 
 pub async fn get(
     client: &reqwest::Client,
@@ -51,7 +60,7 @@ pub async fn get(
     if let Some(e) = etag {
         req = req.header(IF_NONE_MATCH, e);
     }
-    let mut resp = req.send().await.map_err(transport)?;
+    let mut resp = req.send().await.map_err(|e| transport(e, base))?;
     match resp.status() {
         StatusCode::OK => {}
         StatusCode::NOT_MODIFIED if etag.is_some() => return Ok(Fetched::NotModified),
@@ -67,7 +76,7 @@ pub async fn get(
         return Err(FetchError::TooLarge(max));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| transport(e, base))? {
         if body.len() + chunk.len() > max {
             return Err(FetchError::TooLarge(max));
         }

@@ -36,11 +36,16 @@ impl Transport {
     /// `token_file`: a bearer token for every discovery request.
     /// `username_header`: the requestheader user name, sent with the proxy
     /// client certificate. `peer_tls`: the TLS settings and the client
-    /// configuration to follow.
+    /// configuration to follow. `h2c`: plaintext apiservers are asked in
+    /// HTTP/2 with prior knowledge, as Envoy then speaks to them
+    /// (`serve --apiserver-h2c`): one that does not take it fails its reads
+    /// here, and is never opened, instead of failing every request Envoy
+    /// sends it.
     pub fn new(
         token_file: Option<&Path>,
         peer_tls: Option<(&PeerTls, tokio::sync::watch::Receiver<Arc<rustls::ClientConfig>>)>,
         username_header: &str,
+        h2c: bool,
     ) -> anyhow::Result<Transport> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(path) = token_file {
@@ -56,16 +61,18 @@ impl Transport {
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
         Ok(match peer_tls {
-            None => Transport::Plain(
-                reqwest::Client::builder()
+            None => Transport::Plain({
+                let builder = reqwest::Client::builder();
+                let builder = if h2c { builder.http2_prior_knowledge() } else { builder.http1_only() };
+                builder
                     .default_headers(headers)
                     .user_agent(concat!("mvp-ext-proc/", env!("CARGO_PKG_VERSION")))
                     .no_proxy()
                     .connect_timeout(Duration::from_secs(3))
                     .pool_idle_timeout(Duration::from_secs(90))
                     .build()
-                    .context("building the discovery HTTP client")?,
-            ),
+                    .context("building the discovery HTTP client")?
+            }),
             Some((p, config)) => Transport::Tls {
                 config,
                 server_name: p.server_name.clone(),

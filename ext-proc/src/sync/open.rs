@@ -42,7 +42,7 @@ mod tests {
     /// table; after it, the table plane publishes a table.
     #[tokio::test]
     async fn the_planes_follow_complete_publications_only() {
-        let transport = Transport::new(None, None, "X-Remote-User").unwrap();
+        let transport = Transport::new(None, None, "X-Remote-User", false).unwrap();
         let options = super::super::SyncOptions { interval: std::time::Duration::from_secs(3600), discovery: Default::default(), departed_retention: std::time::Duration::from_secs(3600) };
         let member = crate::membership::Desired { spec: "a=http://127.0.0.1:1".parse().unwrap(), incarnation: None };
         let (mut syncer, states) = super::Syncer::new(&std::sync::Arc::new(vec![member]), Default::default(), transport, options, Metrics::new());

@@ -156,7 +156,7 @@ mod tests {
     /// A loop with no members, an hour between reads and an hour's
     /// retention: the tests drive it by hand.
     fn syncer() -> Syncer {
-        let transport = crate::discover::Transport::new(None, None, "X-Remote-User").unwrap();
+        let transport = crate::discover::Transport::new(None, None, "X-Remote-User", false).unwrap();
         let options = super::super::SyncOptions {
             interval: std::time::Duration::from_secs(3600),
             discovery: Default::default(),

@@ -52,6 +52,9 @@ pub struct ClusterOptions {
     /// Streams per HTTP/2 apiserver connection at most; `None`:
     /// [`APISERVER_HTTP2_MAX_STREAMS`].
     pub http2_max_streams: Option<u32>,
+    /// Plaintext apiservers take HTTP/2 with prior knowledge
+    /// (`serve --apiserver-h2c`); HTTP/1.1 otherwise.
+    pub plaintext_h2c: bool,
 }
 
 /// Who the requestheader cluster's health checks authenticate as.
@@ -78,7 +81,12 @@ enum Http {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` (`--http2-max-streams-per-connection`)
     /// is reached, and drains one the server sends `GOAWAY` on
     /// (`--goaway-chance`). Over TLS negotiated by ALPN: a server that does
-    /// not offer h2 gets HTTP/1.1 on that connection.
+    /// not offer h2 gets HTTP/1.1 on that connection. In plaintext there is
+    /// nothing to negotiate with: HTTP/2 with prior knowledge only when the
+    /// operator says the servers take it (`--apiserver-h2c`), HTTP/1.1
+    /// otherwise — a plaintext kube-apiserver (the old insecure port),
+    /// `kubectl proxy` or a plain proxy speaks HTTP/1.1 only, and answers
+    /// the HTTP/2 preface with an error: every request a 502.
     Two,
     /// HTTP/1.1, for upgrade requests only (SPDY and WebSocket take over the
     /// connection; kube-apiserver has no extended CONNECT).
@@ -119,7 +127,7 @@ pub fn clusters(o: &ClusterOptions) -> Vec<cluster::Cluster> {
 }
 
 /// How the cluster speaks HTTP: [`Http`].
-fn protocol_options(http: Http, tls: bool, max_streams: u32) -> http_options::HttpProtocolOptions {
+fn protocol_options(http: Http, tls: bool, h2c: bool, max_streams: u32) -> http_options::HttpProtocolOptions {
     use http_options::http_protocol_options::{AutoHttpConfig, ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig};
     let http2 = core::Http2ProtocolOptions {
         max_concurrent_streams: u32v(max_streams),
@@ -128,12 +136,13 @@ fn protocol_options(http: Http, tls: bool, max_streams: u32) -> http_options::Ht
         initial_connection_window_size: u32v(max_streams.saturating_mul(UPSTREAM_STREAM_WINDOW_BYTES).min(i32::MAX as u32)),
         ..Default::default()
     };
+    let http1 = || UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+        protocol_config: Some(ProtocolConfig::HttpProtocolOptions(core::Http1ProtocolOptions::default())),
+    });
     let options = match (http, tls) {
-        (Http::OneForUpgrades, _) => UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(core::Http1ProtocolOptions::default())),
-        }),
-        // Plaintext (test fakes): prior knowledge.
-        (Http::Two, false) => UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig { protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(http2)) }),
+        (Http::OneForUpgrades, _) => http1(),
+        (Http::Two, false) if h2c => UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig { protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(http2)) }),
+        (Http::Two, false) => http1(),
         (Http::Two, true) => UpstreamProtocolOptions::AutoConfig(AutoHttpConfig {
             http_protocol_options: Some(core::Http1ProtocolOptions::default()),
             http2_protocol_options: Some(http2),
@@ -146,7 +155,7 @@ fn protocol_options(http: Http, tls: bool, max_streams: u32) -> http_options::Ht
 fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool, http: Http) -> cluster::Cluster {
     let typed_extension_protocol_options = HashMap::from([(
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
-        pack_any(protocol_options(http, o.peer_tls.is_some(), o.http2_max_streams.unwrap_or(APISERVER_HTTP2_MAX_STREAMS))),
+        pack_any(protocol_options(http, o.peer_tls.is_some(), o.plaintext_h2c, o.http2_max_streams.unwrap_or(APISERVER_HTTP2_MAX_STREAMS))),
     )]);
     let metadata = (!o.tls_files_digest.is_empty()).then(|| core::Metadata {
         filter_metadata: HashMap::from([(
@@ -322,21 +331,25 @@ mod tests {
     }
 
     /// Every request shares HTTP/2 connections (prior knowledge in
-    /// plaintext, ALPN over TLS with HTTP/1.1 for a server without h2),
-    /// with kube's stream bound and windows no stalled stream can exhaust;
-    /// each cluster's HTTP/1.1 twin carries upgrades.
+    /// plaintext when the servers take it, ALPN over TLS with HTTP/1.1 for
+    /// a server without h2), with kube's stream bound and windows no
+    /// stalled stream can exhaust; each cluster's HTTP/1.1 twin carries
+    /// upgrades. Plaintext servers not known to take h2c get HTTP/1.1.
     #[test]
     fn http2_to_the_apiservers_and_http1_twins_for_upgrades() {
         use http_options::http_protocol_options::{UpstreamProtocolOptions as U, explicit_http_config::ProtocolConfig as P};
         use mvp_contract::envoy::{APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER};
-        let plain = clusters(&ClusterOptions::default());
+        let h1 = clusters(&ClusterOptions::default());
+        let U::ExplicitHttpConfig(e) = protocol(&h1[0]) else { panic!("plaintext, no h2c: HTTP/1.1") };
+        assert!(matches!(e.protocol_config, Some(P::HttpProtocolOptions(_))));
+        let plain = clusters(&ClusterOptions { plaintext_h2c: true, ..Default::default() });
         assert_eq!(plain.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), [APISERVERS_CLUSTER, APISERVERS_HTTP1_CLUSTER]);
         let U::ExplicitHttpConfig(e) = protocol(&plain[0]) else { panic!("plaintext: prior knowledge") };
         let Some(P::Http2ProtocolOptions(h2)) = e.protocol_config else { panic!("HTTP/2") };
         assert_eq!(h2.max_concurrent_streams, u32v(1000));
         assert_eq!(h2.initial_stream_window_size, u32v(64 << 10));
         assert_eq!(h2.initial_connection_window_size.unwrap().value, 1000 * (64 << 10), "every stream's window at once");
-        let lowered = clusters(&ClusterOptions { http2_max_streams: Some(10), ..Default::default() });
+        let lowered = clusters(&ClusterOptions { http2_max_streams: Some(10), plaintext_h2c: true, ..Default::default() });
         let U::ExplicitHttpConfig(e) = protocol(&lowered[0]) else { panic!() };
         let Some(P::Http2ProtocolOptions(low)) = e.protocol_config else { panic!() };
         assert_eq!((low.max_concurrent_streams, low.initial_connection_window_size), (u32v(10), u32v(10 * (64 << 10))));

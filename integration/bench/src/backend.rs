@@ -51,6 +51,9 @@ impl Backend {
         let apiservers = ports.iter().map(|(n, p)| (n.clone(), format!("http://127.0.0.1:{p}"))).collect();
         let mut topology = Topology::new(apiservers, Ports { listen: 0, admin: 0, grpc, metrics });
         topology.refresh_interval = refresh;
+        // bench-upstream takes h2c: its connections multiplex as an HTTPS
+        // apiserver's do by ALPN.
+        topology.apiserver_h2c = true;
         // Routing alone is measured; an operator's access log is a choice.
         topology.access_log = false;
         // Served on TCP and on a Unix socket (one per backend: several share

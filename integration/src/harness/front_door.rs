@@ -81,6 +81,12 @@ impl FrontDoor {
         FrontDoor::launch(dir, fakes, apiservers, ports, options).await
     }
 
+    /// Fakes take h2c (and HTTP/1.1): their plaintext connections
+    /// multiplex as an HTTPS apiserver's do by ALPN.
+    fn speaks_h2c(fakes: &[Fake]) -> bool {
+        !fakes.is_empty()
+    }
+
     async fn launch(dir: Workdir, fakes: Vec<Fake>, apiservers: Vec<(String, String)>, ports: Ports, options: Options) -> Result<FrontDoor> {
         let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build()?;
         let seeds = match (options.membership, options.seeds) {
@@ -97,6 +103,7 @@ impl FrontDoor {
             topology.filter = filter;
         }
         topology.envoy_config_extra = options.envoy_config_args.clone();
+        topology.apiserver_h2c = FrontDoor::speaks_h2c(&fakes);
         if options.grpc_over_unix {
             topology.grpc_unix = Some(dir.path().join("mvp-ext-proc.sock"));
         }
@@ -159,7 +166,15 @@ impl FrontDoor {
         };
         // An Envoy that refused its configuration exits: that ends the wait
         // at once, with its log, instead of at the readiness bound.
-        let ready = door.topology.wait_ready(&door.http);
+        let ready = async {
+            match options.ready_when {
+                Some(accept) => {
+                    door.topology.wait_envoy_ready(&door.http).await?;
+                    door.topology.wait_table_published(&door.http, accept).await
+                }
+                None => door.topology.wait_ready(&door.http).await,
+            }
+        };
         let envoy = &mut door.envoy;
         let exited = async {
             while envoy.is_running() {

@@ -11,10 +11,13 @@
 //! - [`secure`]: the TLS topology (PKI, kube-authenticating fakes).
 //! - [`served`]: what the fixtures' releases serve.
 //! - [`tally`]: load under faults, every answer classified.
+//! - [`http1_apiservers`]: plaintext HTTP/1.1-only apiservers on Python's
+//!   `http.server` (not the project's code).
 
 pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;
+pub mod http1_apiservers;
 pub mod options;
 pub mod process;
 pub mod real;

@@ -48,6 +48,10 @@ pub struct Options {
     pub filter: Option<FilterBuild>,
     /// Extra `mvp-ext-proc envoy-config` flags.
     pub envoy_config_args: Vec<String>,
+    /// When the front door counts as started: Envoy ready and routing by a
+    /// table this accepts (by default one in which every apiserver is
+    /// healthy).
+    pub ready_when: Option<fn(&serde_json::Value) -> bool>,
 }
 
 impl Default for Options {
@@ -68,6 +72,7 @@ impl Default for Options {
             hold_unavailable: None,
             filter: None,
             envoy_config_args: vec![],
+            ready_when: None,
         }
     }
 }

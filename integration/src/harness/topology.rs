@@ -74,6 +74,10 @@ pub struct Topology {
     pub filter: FilterBuild,
     /// Extra `envoy-config` flags, last.
     pub envoy_config_extra: Vec<String>,
+    /// `serve --apiserver-h2c`: the plaintext apiservers take HTTP/2 with
+    /// prior knowledge (the project's fakes and the benchmark's upstream
+    /// do; a plaintext server that speaks HTTP/1.1 only does not).
+    pub apiserver_h2c: bool,
 }
 
 /// Where one more mvp-ext-proc replica listens.
@@ -100,6 +104,7 @@ impl Topology {
             hold_unavailable: None,
             filter: FilterBuild::from_env(),
             envoy_config_extra: vec![],
+            apiserver_h2c: false,
         }
     }
 
@@ -162,6 +167,9 @@ impl Topology {
         }
         if let Some(f) = &state_file {
             args.extend(["--state-file".into(), arg(f)]);
+        }
+        if self.apiserver_h2c && self.tls.is_none() {
+            args.push("--apiserver-h2c".into());
         }
         args.extend(self.serve_extra.iter().cloned());
         args.extend(self.peer_flags());
