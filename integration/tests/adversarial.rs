@@ -271,3 +271,43 @@ async fn a_rogue_control_plane_client_cannot_hold_streams_or_long_polls_without_
     let again = wait_for("a stream served once one is free", Duration::from_secs(10), || async { ads("rogue-3").await.ok().map(|_| ()) }).await;
     assert!(again.is_ok(), "no stream served after the rogue's closed");
 }
+
+/// A tenant allowed `pods/proxy` in its namespace (kube's `edit` role) whose
+/// pod answers with `x-envoy-immediate-health-check-fail` (and the other
+/// `x-envoy-` headers Envoy's router acts on), asked through the door every
+/// 0.25 s, while another client lists namespaces (issue 55 item 1). Before:
+/// Envoy's router marked each apiserver that passed the answer on failed,
+/// and with the panic threshold at 0 the other client got `503
+/// no_healthy_upstream` (235 of 511 in the issue's measurement). Now the
+/// apiserver clusters' upstream filters remove every `x-envoy-` header of a
+/// response before the router sees it: every request 200, no passive health
+/// check failure, and none of the tenant's headers reaches its client.
+#[tokio::test]
+async fn a_tenants_proxied_answer_cannot_take_apiservers_out_of_the_balancer() {
+    use integration::fake::TENANT_PROXY_HEADERS;
+    let door = FrontDoor::start(&three_fakes(), Options::default()).await.unwrap();
+    let tenant = {
+        let (http, url) = (door.http.clone(), door.url("/api/v1/namespaces/tenant/pods/web/proxy/"));
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for _ in 0..16 {
+                let r = http.get(&url).send().await.unwrap();
+                let leaked: Vec<String> = TENANT_PROXY_HEADERS.iter().filter(|(k, _)| r.headers().contains_key(*k)).map(|(k, _)| k.to_string()).collect();
+                answers.push((r.status().as_u16(), leaked));
+                // The attack's pace, not a wait for anything.
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            answers
+        })
+    };
+    let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+    while !tenant.is_finished() {
+        let r = door.http.get(door.url("/api/v1/namespaces")).send().await.unwrap();
+        *statuses.entry(r.status().as_u16()).or_default() += 1;
+    }
+    let answers = tenant.await.unwrap();
+    let total: u32 = statuses.values().sum();
+    assert_eq!(statuses.get(&200).copied(), Some(total), "/api/v1/namespaces during the attack: {statuses:?}; the tenant's answers: {answers:?}");
+    assert!(answers.iter().all(|(s, leaked)| *s == 200 && leaked.is_empty()), "the tenant's answers: {answers:?}");
+    assert_eq!(door.envoy_stat("cluster.apiservers.health_check.passive_failure").await.unwrap_or(0), 0);
+}

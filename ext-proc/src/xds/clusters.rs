@@ -18,7 +18,9 @@
 //!   unhealthy); no outlier ejection (a live apiserver's stream resets
 //!   would eject it: see the cluster's comment);
 //! - members removed from EDS leave at once, even while they pass health
-//!   checks.
+//!   checks;
+//! - no `x-envoy-` header of an apiserver's response reaches Envoy's router
+//!   ([`super::upstream_filters`]).
 
 use std::collections::HashMap;
 
@@ -149,7 +151,11 @@ fn protocol_options(http: Http, tls: bool, h2c: bool, max_streams: u32) -> http_
             ..Default::default()
         }),
     };
-    http_options::HttpProtocolOptions { upstream_protocol_options: Some(options), ..Default::default() }
+    http_options::HttpProtocolOptions {
+        upstream_protocol_options: Some(options),
+        http_filters: super::upstream_filters::apiserver_upstream_filters(),
+        ..Default::default()
+    }
 }
 
 fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool, http: Http) -> cluster::Cluster {

@@ -11,6 +11,8 @@
 //!   for routing only once every Envoy knows its address, so an
 //!   override-host address never misses.
 //! - [`plane`]: follows the member states, publishes the endpoints.
+//! - [`upstream_filters`]: what an apiserver's response may not tell Envoy
+//!   (every `x-envoy-` header removed before the router sees it).
 //!
 //! Versions are digests of the encoded resources: the same members give
 //! the same version across mvp-ext-proc restarts, so a reconnecting Envoy
@@ -24,6 +26,7 @@ pub mod native_lb;
 pub mod endpoints;
 pub mod envoys;
 pub mod plane;
+pub mod upstream_filters;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -12,6 +12,7 @@ mod openapi;
 pub mod fixtures;
 pub mod membership;
 mod resources;
+pub use resources::TENANT_PROXY_HEADERS;
 mod responses;
 pub mod server;
 mod state;

@@ -200,8 +200,27 @@ pub(super) async fn resource(
     if let Ok(v) = HeaderValue::from_str(&s.name) {
         resp.headers_mut().insert("x-fake-apiserver", v);
     }
+    if p.subresource == "proxy" || p.special_verb == "proxy" {
+        // kube-apiserver passes the backend's response headers through on
+        // `.../proxy`: the fake's tenants answer with every header Envoy's
+        // router acts on (issue 55 item 1).
+        for (k, v) in TENANT_PROXY_HEADERS {
+            resp.headers_mut().insert(*k, HeaderValue::from_static(v));
+        }
+    }
     resp
 }
+
+/// What a hostile tenant's pod answers a `.../proxy` request with: the
+/// `x-envoy-` response headers Envoy 1.40's router interprets.
+pub const TENANT_PROXY_HEADERS: &[(&str, &str)] = &[
+    ("x-envoy-immediate-health-check-fail", "true"),
+    ("x-envoy-overloaded", "true"),
+    ("x-envoy-ratelimited", "true"),
+    ("x-envoy-degraded", "true"),
+    ("x-envoy-upstream-canary", "true"),
+    ("x-envoy-decorator-operation", "tenant"),
+];
 
 /// A MODIFIED watch event of about 2 KiB, the size of a pod's (what a
 /// kubelet's pod watch carries most).
