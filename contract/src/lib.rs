@@ -5,9 +5,11 @@
 //! agree on is defined here once: the filter's plugin configuration
 //! ([`plugin`]), how the routing table travels through proxy-wasm shared
 //! data ([`shared_data`]), the header names ([`headers`]), the names of
-//! Envoy objects both refer to ([`envoy`]) and the limits ([`limits`]).
+//! Envoy objects both refer to ([`envoy`]), the limits ([`limits`]) and who
+//! one client is where a client's share is bounded ([`clients`]).
 //! mvp-ext-proc serialises these types; the filter parses them.
 
+pub mod clients;
 pub mod envoy;
 pub mod headers;
 pub mod limits;

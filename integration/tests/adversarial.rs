@@ -311,3 +311,56 @@ async fn a_tenants_proxied_answer_cannot_take_apiservers_out_of_the_balancer() {
     assert!(answers.iter().all(|(s, leaked)| *s == 200 && leaked.is_empty()), "the tenant's answers: {answers:?}");
     assert_eq!(door.envoy_stat("cluster.apiservers.health_check.passive_failure").await.unwrap_or(0), 0);
 }
+
+/// 300 TCP connections that never start a TLS handshake, at mvp-ext-proc's
+/// operator port served over HTTPS (`--metrics-tls`, as the workload
+/// deployment serves it on the pod IP, where the kubelet's probes ask),
+/// from the probe's own address (issue 55 item 2). Before: handshakes ran
+/// 256 at a time in the accept loop itself (10 s each), so with 256 pending
+/// it accepted nothing — `/readyz` answered after 8.2 s, the kubelet's probe
+/// (1 s) failed and the pod went NotReady. Now every connection is admitted
+/// and shakes hands in a task of its own (3 s bound), the oldest pending one
+/// of the client (32) or of all (256) shed to make room: each probe answers
+/// in well under a second while the flood stands.
+#[tokio::test]
+async fn idle_connections_cannot_stall_the_operator_ports_tls_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Command::new(ext_proc_bin().unwrap()).args(["certs", "--out"]).arg(dir.path()).args(["--server-ip", "127.0.0.1"]).output().unwrap();
+    assert!(certs.status.success(), "{}", String::from_utf8_lossy(&certs.stderr));
+    let ports = free_ports(2);
+    let file = |f: &str| dir.path().join(f).display().to_string();
+    let args: Vec<String> = [
+        "serve", "--apiserver", "a=http://127.0.0.1:1", "--grpc-listen", &format!("127.0.0.1:{}", ports[0]), "--metrics-listen", &format!("127.0.0.1:{}", ports[1]),
+        "--tls-cert-file", &file("server.crt"), "--tls-private-key-file", &file("server.key"), "--client-ca-file", &file("ca.crt"), "--metrics-tls",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _ext_proc = integration::harness::Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin().unwrap(), &args).unwrap();
+    // A new connection, and a new handshake, for every probe, as the
+    // kubelet's.
+    let probe = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(15))
+        .use_preconfigured_tls(integration::harness::tls_client_config(&dir.path().join("ca.crt"), None, &[b"http/1.1"]).unwrap())
+        .build()
+        .unwrap();
+    let healthz = format!("https://127.0.0.1:{}/healthz", ports[1]);
+    wait_for("mvp-ext-proc's /healthz over HTTPS", Duration::from_secs(20), || async { probe.get(&healthz).send().await.ok().filter(|r| r.status() == 200) }).await.unwrap();
+
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(("127.0.0.1", ports[1])).await.unwrap());
+    }
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let resp = probe.get(&healthz).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        took.push(started.elapsed());
+    }
+    eprintln!("/healthz over HTTPS with 300 idle connections open: {took:?}");
+    assert!(took.iter().all(|t| *t < Duration::from_secs(1)), "/healthz with 300 idle connections open took {took:?}");
+    drop(idle);
+}

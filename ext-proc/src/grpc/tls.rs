@@ -28,8 +28,9 @@ use crate::tls::{TlsError, load_certs, load_identity};
 pub use crate::tls::reload::CHECK_EVERY;
 
 /// How long a client may take to finish its handshake: one that does not is
-/// dropped, so a half-open handshake holds a descriptor only this long.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// dropped, so a half-open handshake holds a descriptor only this long. A
+/// client's handshake takes milliseconds, a loaded one's well under this.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The files, as the flags name them.
 #[derive(Clone, Debug)]
@@ -122,35 +123,78 @@ impl GrpcTlsFiles {
     }
 }
 
-/// TLS over each accepted TCP connection, handshakes side by side (a slow
-/// one never holds up the next accept), each bounded by
-/// [`HANDSHAKE_TIMEOUT`]; the ones that succeed, in the order they finish.
+/// TLS over each accepted TCP connection: the ones whose handshake
+/// succeeded, in the order they finish. Accepting never waits for a
+/// handshake: each runs in a task of its own, bounded by
+/// [`HANDSHAKE_TIMEOUT`], and when [`MAX_HANDSHAKES_PER_CLIENT`] of one
+/// client's or [`MAX_HANDSHAKES_IN_FLIGHT`] in all are pending, the oldest
+/// is dropped to make room ([`super::handshake_slots`]) — a flood of
+/// connections that never finish a handshake holds at most that many
+/// descriptors and never keeps a new connection out.
 pub fn handshakes(
     tcp: impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static,
     config: watch::Receiver<Arc<rustls::ServerConfig>>,
 ) -> impl futures::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
     use futures::StreamExt;
-    tcp.filter_map(|accepted| async move { accepted.ok() })
-        .map(move |stream| {
-            let acceptor = tokio_rustls::TlsAcceptor::from(config.borrow().clone());
-            async move {
+    // Finished handshakes wait here for the server to take them (it takes
+    // each at once); a slot is freed when the handshake ends, not then.
+    let (out, finished) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(admit(Box::pin(tcp), config, out));
+    tokio_stream::wrappers::ReceiverStream::new(finished).map(Ok)
+}
+
+/// The accept side of [`handshakes`]: admits every connection, starts its
+/// handshake, aborts the ones shed; ends when the server stops taking.
+async fn admit(
+    mut tcp: std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send>>,
+    config: watch::Receiver<Arc<rustls::ServerConfig>>,
+    out: tokio::sync::mpsc::Sender<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+) {
+    use futures::StreamExt;
+    use super::handshake_slots::{SlotId, Slots};
+    let mut slots = Slots::new(MAX_HANDSHAKES_PER_CLIENT, MAX_HANDSHAKES_IN_FLIGHT);
+    let mut running: std::collections::HashMap<SlotId, tokio::task::AbortHandle> = Default::default();
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<SlotId>();
+    loop {
+        tokio::select! {
+            biased;
+            Some(id) = ended.recv() => {
+                slots.finish(id);
+                running.remove(&id);
+            }
+            accepted = tcp.next() => {
+                // The accept loop retries its errors itself and never ends.
+                let Some(Ok(stream)) = accepted else { continue };
                 let peer = stream.peer_addr().ok();
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => Some(Ok(tls)),
-                    Ok(Err(e)) => {
-                        tracing::debug!(?peer, error = %e, "gRPC TLS handshake failed");
-                        None
-                    }
-                    Err(_) => {
-                        tracing::debug!(?peer, "gRPC TLS handshake timed out");
-                        None
+                let client = peer.map(|a| mvp_contract::clients::client_of(a.ip())).unwrap_or(0);
+                let (id, shed) = slots.admit(client);
+                for s in shed {
+                    if let Some(task) = running.remove(&s) {
+                        tracing::debug!(?peer, "gRPC TLS handshake shed for a newer connection");
+                        task.abort();
                     }
                 }
+                let acceptor = tokio_rustls::TlsAcceptor::from(config.borrow().clone());
+                let (out, ended_tx) = (out.clone(), ended_tx.clone());
+                let task = tokio::spawn(async move {
+                    let shaken = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                    let _ = ended_tx.send(id);
+                    match shaken {
+                        Ok(Ok(tls)) => {
+                            let _ = out.send(tls).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(?peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(?peer, "TLS handshake timed out"),
+                    }
+                });
+                running.insert(id, task.abort_handle());
             }
-        })
-        // Handshakes in flight at once: past this many, accepting waits.
-        .buffer_unordered(MAX_HANDSHAKES_IN_FLIGHT)
-        .filter_map(|done| async move { done })
+            () = out.closed() => break,
+        }
+    }
+    for task in running.into_values() {
+        task.abort();
+    }
 }
 
 /// A TCP listener that hands axum only connections whose TLS handshake
@@ -188,9 +232,13 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
-/// Concurrent handshakes per listener: a flood of connections that never
-/// finish one costs at most this many descriptors for [`HANDSHAKE_TIMEOUT`].
+/// Pending handshakes per listener: a flood of connections that never
+/// finish one costs at most this many descriptors; past it the oldest goes.
 pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
+
+/// Pending handshakes per client ([`mvp_contract::clients`]): an Envoy
+/// with many workers reconnects them all at once, well within it.
+pub const MAX_HANDSHAKES_PER_CLIENT: usize = 32;
 
 #[cfg(test)]
 mod tests {
