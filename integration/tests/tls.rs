@@ -94,6 +94,47 @@ async fn a_held_request_keeps_its_client_identity() {
     }
 }
 
+/// An apiserver healthy to Envoy's plain cluster but not (yet) to the one
+/// that presents the front proxy's certificate — each health-checks on its
+/// own; here its `/readyz` fails only for the requestheader cluster's
+/// checks — is still reached by a client certificate's request for the API
+/// only it serves, as the table says (issue 55 item 3). Before, the native
+/// build asked Envoy whether every member was healthy in the route matched
+/// *before* it wrote the identity headers — the plain cluster: yes — and
+/// handed the list to the balancer of the requestheader cluster, which
+/// found no healthy host: `503 UH`, no retry. The wasm build reached it.
+#[tokio::test]
+async fn a_member_unhealthy_to_the_certificate_cluster_only_gets_its_certificate_requests() {
+    use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER};
+    let pki_dir = tempfile::tempdir().unwrap();
+    let pki = std::sync::Arc::new(Pki::new(pki_dir.path()).unwrap());
+    let health_check_user = mvp_ext_proc::xds::clusters::HEALTH_CHECK_USER;
+    let specs = [
+        FakeSpec::new("v130", "v1.30").with_tls(fake_tls(&pki, pki_dir.path(), "v130", None)),
+        FakeSpec::new("v137", "v1.37").with_tls(fake_tls(&pki, pki_dir.path(), "v137", None)).with_readyz_failing_with_header("x-remote-user", health_check_user),
+    ];
+    let door = FrontDoor::start(&specs, Options { tls: Some(pki.clone()), ..Options::default() }).await.unwrap();
+    let healthy = |cluster: &'static str| {
+        let door = &door;
+        async move { door.envoy_stat(&format!("cluster.{cluster}.membership_healthy")).await }
+    };
+    integration::harness::wait_for("v137 unhealthy to the requestheader cluster only", Duration::from_secs(20), || async {
+        (healthy(APISERVERS_REQUESTHEADER_CLUSTER).await? == 1 && healthy(APISERVERS_CLUSTER).await? == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    let alice = pki.clients.client(pki_dir.path(), "alice", "alice", &["dev"]).unwrap();
+    for http2 in [true, false] {
+        let resp = door.https(Some(&alice), http2).unwrap().get(door.url(NEW_ONLY)).send().await.unwrap();
+        let (status, details) = (resp.status(), resp.headers().get("x-mvp-details").cloned());
+        let text = resp.text().await.unwrap();
+        assert_eq!(status, 200, "http2={http2}: {text} {details:?}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(served_by(&v), "v137");
+        assert_eq!(user(&v).0, "alice");
+    }
+}
+
 /// With several CNs, kube's x509 authenticator (Go's `pkix.Name`) takes the
 /// last one in certificate order: the front door forwards exactly that user,
 /// the one the apiserver would derive from the certificate itself.

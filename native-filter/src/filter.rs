@@ -116,6 +116,9 @@ impl FilterConfig {
         let unanswered = Unanswered(filter);
         let mut host = self.host(filter);
         host.set_holding(hold::now_ms() < held.deadline_ms);
+        if held.rematch {
+            host.carry_rematch();
+        }
         let seen = self.with_router(&host, 0, |router| {
             router.reroute(&host);
             router.flush(&host);
@@ -136,16 +139,19 @@ impl FilterConfig {
     ///
     /// The route is matched again, as the request goes on, whenever a header
     /// the route table matches was written — by this pass or, for a held
-    /// request, by the pass that held it: the identity headers pick the
-    /// cluster that presents the front proxy's certificate, and a request
-    /// held with them and let go on the route matched before them would
-    /// reach the apiserver as nobody (kube: 401, or anonymous).
+    /// request, by the pass that held it (carried into this pass's host by
+    /// [`Self::on_wake`]): the identity headers pick the cluster that
+    /// presents the front proxy's certificate, and a request held with them
+    /// and let go on the route matched before them would reach the
+    /// apiserver as nobody (kube: 401, or anonymous). A pin matched it again
+    /// already when it asked the route's cluster (`pin.rs`), unless a header
+    /// was written since.
     fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, seen: u64, held: Option<hold::Released>) -> u32 {
         let answer = host.unavailable();
         // Headers the route table matches were written by this pass, or by
         // the pass that held the request: carried while it waits, acted on
         // when it goes on.
-        let rematch = || host.rematch() || held.is_some_and(|h| h.rematch);
+        let rematch = || host.rematch();
         let was_held = held.is_some();
         if let Some(answer) = answer
             && host.holding()

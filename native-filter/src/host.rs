@@ -82,6 +82,23 @@ impl<'a> NativeHost<'a> {
         self.rematch.get()
     }
 
+    /// A header the route table matches was written by an earlier pass (a
+    /// held request's): the route must be matched again all the same.
+    pub fn carry_rematch(&self) {
+        self.rematch.set(true);
+    }
+
+    /// Matches the route again now if a header the route table matches was
+    /// written, so what is asked of the route next (its cluster) is the
+    /// route the request will take; nothing is left to match again after.
+    pub(crate) fn rematch_now(&self) -> Result<(), HostError> {
+        if self.rematch.replace(false) {
+            let filter = self.request()?;
+            unsafe { abi::envoy_dynamic_module_callback_http_clear_route_cache(filter) };
+        }
+        Ok(())
+    }
+
     fn write_header(&self, name: &str, value: &str) -> Result<(), HostError> {
         let filter = self.request()?;
         let ok = unsafe { abi::envoy_dynamic_module_callback_http_set_header(filter, abi::REQUEST_HEADER, ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value.as_bytes())) };

@@ -50,8 +50,15 @@ impl NativeHost<'_> {
 
     /// Whether every member of the route's cluster passes Envoy's health
     /// checks (priority 0; the clusters have no other), so the balancer can
-    /// take any listed apiserver.
+    /// take any listed apiserver. The route's cluster is the one the request
+    /// will take: a request whose identity headers were just written goes
+    /// to the cluster that presents the front proxy's certificate, which
+    /// health-checks on its own — so the route is matched again first
+    /// (it would be anyway, once, before the router; asking the route
+    /// matched before them checked the other cluster: `503 UH` for a member
+    /// healthy there only).
     fn cluster_all_healthy(&self) -> Result<bool, HostError> {
+        self.rematch_now()?;
         let filter = self.request()?;
         let (mut total, mut healthy, mut degraded) = (0usize, 0usize, 0usize);
         let found = unsafe { abi::envoy_dynamic_module_callback_http_get_cluster_host_count(filter, 0, &mut total, &mut healthy, &mut degraded) };

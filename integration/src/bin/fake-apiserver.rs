@@ -105,6 +105,11 @@ struct Args {
     /// streams want more.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// `/readyz` fails (500) when the request carries this header with this
+    /// value: healthy to one of Envoy's clusters, not to the other (which
+    /// health-checks as a requestheader user).
+    #[arg(long, value_name = "HEADER=VALUE")]
+    readyz_fails_with_header: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -146,6 +151,13 @@ async fn serve(a: Args) -> anyhow::Result<()> {
         auth,
         cluster: None,
         shutting_down: Default::default(),
+        readyz_fails_with_header: match &a.readyz_fails_with_header {
+            Some(hv) => {
+                let (h, v) = hv.split_once('=').context("--readyz-fails-with-header wants HEADER=VALUE")?;
+                Some((h.to_ascii_lowercase(), v.to_string()))
+            }
+            None => None,
+        },
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
     let listen = listener.local_addr().context("the bound address")?;

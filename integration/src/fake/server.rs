@@ -52,6 +52,9 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     if path.trim_end_matches('/') == "/readyz" && s.shutting_down.load(std::sync::atomic::Ordering::Relaxed) {
         return (StatusCode::INTERNAL_SERVER_ERROR, "[-]shutdown failed: process is shutting down\nreadyz check failed\n").into_response();
     }
+    if path.trim_end_matches('/') == "/readyz" && s.readyz_fails_with_header.as_ref().is_some_and(|(h, v)| req.headers().get(h.as_str()).is_some_and(|got| got.as_bytes() == v.as_bytes())) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "[-]requestheader failed\nreadyz check failed\n").into_response();
+    }
     let user = s.auth.authenticate(req.extensions().get::<super::auth::ConnInfo>(), req.headers());
     let user = match (user, health) {
         (Some(u), _) => u,

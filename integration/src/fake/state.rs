@@ -48,6 +48,8 @@ pub struct FakeState {
     /// Set at SIGTERM: `/readyz` fails while requests are still served for
     /// the shutdown delay, as kube-apiserver does.
     pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
+    /// `/readyz` fails when asked with this header (name, value).
+    pub readyz_fails_with_header: Option<(String, String)>,
 }
 
 /// A broken `/apis` answer a test asked for (`POST /__fake/apis-body`).

@@ -37,6 +37,9 @@ pub struct FakeSpec {
     /// Runtime threads (`--threads`; 1: one thread, as tests run many fakes
     /// at once).
     pub threads: usize,
+    /// `/readyz` fails when asked with this `header=value`
+    /// (`--readyz-fails-with-header`).
+    pub readyz_fails_with_header: Option<String>,
 }
 
 /// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
@@ -62,7 +65,7 @@ pub fn three_fakes() -> Vec<FakeSpec> {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None, threads: 1 }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None, threads: 1, readyz_fails_with_header: None }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
@@ -82,6 +85,14 @@ impl FakeSpec {
     /// (`--http2-max-streams-per-connection`).
     pub fn with_http2_max_streams(mut self, n: u32) -> FakeSpec {
         self.http2_max_streams = Some(n);
+        self
+    }
+
+    /// `/readyz` fails (500) when the request carries `header: value` —
+    /// e.g. the requestheader user one of Envoy's two clusters health-checks
+    /// as: healthy in one cluster, not in the other.
+    pub fn with_readyz_failing_with_header(mut self, header: &str, value: &str) -> FakeSpec {
+        self.readyz_fails_with_header = Some(format!("{header}={value}"));
         self
     }
 
@@ -216,6 +227,9 @@ pub fn start_fake(dir: &Path, spec: FakeSpec, port: u16) -> Result<Starting> {
     }
     if spec.threads > 1 {
         args.push(format!("--threads={}", spec.threads));
+    }
+    if let Some(h) = &spec.readyz_fails_with_header {
+        args.extend(["--readyz-fails-with-header".into(), h.clone()]);
     }
     if spec.clock_skew != 0 {
         args.push(format!("--clock-skew={}", spec.clock_skew));
