@@ -53,11 +53,22 @@ pub const DEFAULT_HOLD_MS: u32 = 1000;
 /// [`DEFAULT_MAX_HELD_PER_CLIENT`].
 pub const DEFAULT_MAX_HELD: u32 = 1024;
 
-/// Of those, the most one client (one source address) holds: a client
-/// asking for an API only a restarting apiserver serves — by accident or to
-/// fill the slots — leaves the others room; its requests beyond it get the
-/// 503 Status at once, as they would without holding.
+/// Of those, the most one client holds: a client asking for an API only a
+/// restarting apiserver serves — by accident or to fill the slots — leaves
+/// the others room; its requests beyond it get the 503 Status at once, as
+/// they would without holding. Who one client is: the certificate's user,
+/// else the bearer token, else the source (an IPv4 address, an IPv6 /64 —
+/// the client's own behind a load balancer that sends the PROXY protocol);
+/// `mvp_filter_core::hold_claim`.
 pub const DEFAULT_MAX_HELD_PER_CLIENT: u32 = 8;
+
+/// What the requests one worker holds may buffer of their bodies in all
+/// (`envoy-config --hold-max-body-bytes`): a held request's body waits in
+/// Envoy, up to [`RETRY_BODY_BUFFER_BYTES`] each — 1024 held 4 MiB bodies
+/// per worker would be 4 GiB. A request whose body does not fit gets the
+/// 503 Status at once, as it would without holding; requests without a
+/// body (reads, watches: a storm's) are never refused by it.
+pub const DEFAULT_MAX_HELD_BODY_BYTES: u64 = 32 << 20;
 
 /// `GetTable` calls mvp-ext-proc holds open at once (each Envoy holds its
 /// refresher's, and the wasm build one per worker that holds requests: a

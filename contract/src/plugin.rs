@@ -55,9 +55,12 @@ pub struct HoldConfig {
     /// holds one `GetTable` call, and a table change answers them all).
     #[serde(default = "default_max_held")]
     pub max_held: u32,
-    /// Of those, the most one client (source address) holds.
+    /// Of those, the most one client holds (`limits::DEFAULT_MAX_HELD_PER_CLIENT`).
     #[serde(default = "default_max_held_per_client")]
     pub max_held_per_client: u32,
+    /// What they may buffer of their bodies in all, in bytes.
+    #[serde(default = "default_max_held_body_bytes")]
+    pub max_held_body_bytes: u64,
 }
 
 /// Where a verified client certificate's identity goes: kube's
@@ -98,7 +101,7 @@ impl Default for RouterConfig {
 
 impl Default for HoldConfig {
     fn default() -> Self {
-        HoldConfig { cluster: default_cluster(), authority: default_authority(), max_ms: default_hold_ms(), max_held: default_max_held(), max_held_per_client: default_max_held_per_client() }
+        HoldConfig { cluster: default_cluster(), authority: default_authority(), max_ms: default_hold_ms(), max_held: default_max_held(), max_held_per_client: default_max_held_per_client(), max_held_body_bytes: default_max_held_body_bytes() }
     }
 }
 
@@ -141,6 +144,10 @@ fn default_max_held() -> u32 {
 
 fn default_max_held_per_client() -> u32 {
     limits::DEFAULT_MAX_HELD_PER_CLIENT
+}
+
+fn default_max_held_body_bytes() -> u64 {
+    limits::DEFAULT_MAX_HELD_BODY_BYTES
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

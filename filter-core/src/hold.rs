@@ -9,10 +9,11 @@
 //!
 //! Bounded: at most `max_ms` per request (then the 503 Status it would have
 //! had, so a client loses at most the `Retry-After: 1` second it would have
-//! waited anyway), at most `max_held` requests per worker and
-//! `max_held_per_client` of them per client — one source address (beyond
-//! either the 503 at once): a client that asks for an unavailable API over
-//! and over, by accident or to fill the slots, leaves the others theirs.
+//! waited anyway), and by what each held request claims (`hold_claim.rs`):
+//! at most `max_held` requests per worker, `max_held_per_client` of them per
+//! client, `max_held_body_bytes` of bodies in all (beyond any, the 503 at
+//! once): a client that asks for an unavailable API over and over, by
+//! accident or to fill the slots, leaves the others theirs.
 //!
 //! One call per worker, whatever it holds: proxy-wasm makes every call on
 //! the root context (cpp-host `http_call` uses `root_context()`), and
@@ -32,6 +33,7 @@ use std::time::Duration;
 use mvp_contract::plugin::HoldConfig;
 
 use crate::get_table;
+use crate::hold_claim::{Bounds, Claim, has_room};
 use crate::host::{Counter, Host, LogLevel};
 
 /// How long past the wait it allows the server a held call's answer may
@@ -47,34 +49,8 @@ pub struct Held {
     pub context: u32,
     pub since_ms: u64,
     pub deadline_ms: u64,
-    /// Its client ([`client_key`]).
-    pub client: u64,
-}
-
-/// One client: the IP of a downstream address (`IP:port`, `[v6]:port`),
-/// hashed — what one client holds is counted by it, whatever its ports
-/// (connections). 0 when the host cannot tell.
-pub fn client_key(address: Option<&[u8]>) -> u64 {
-    let Some(a) = address else { return 0 };
-    let ip = match a.iter().rposition(|b| *b == b':') {
-        // `[v6]:port` and `v4:port`; a bare v6 address has no port after `]`.
-        Some(i) if a.first() != Some(&b'[') || a.get(i.saturating_sub(1)) == Some(&b']') => a.get(..i).unwrap_or(a),
-        _ => a,
-    };
-    // FNV-1a: stable, no allocation.
-    ip.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)) | 1
-}
-
-/// Whether a worker holding requests of `clients` has room for one more of
-/// `client`: fewer than `max_held` in all, fewer than `per_client` of its
-/// (a client the host could not tell, 0, is held up to `max_held` only).
-pub fn has_room(clients: impl Iterator<Item = u64>, client: u64, max_held: u32, per_client: u32) -> bool {
-    let (mut all, mut its) = (0u32, 0u32);
-    for c in clients {
-        all += 1;
-        its += u32::from(c == client);
-    }
-    all < max_held && (client == 0 || its < per_client)
+    /// What it claims of the worker's hold.
+    pub claim: Claim,
 }
 
 /// The call in flight: its token and the version it asked to be newer than.
@@ -95,15 +71,15 @@ impl Holds {
         Holds { config, held: RefCell::new(Vec::new()), in_flight: Cell::new(None) }
     }
 
-    /// Holds the request of `context` until a table newer than `version`
-    /// comes. False when it cannot — the worker holds its most, or the call
-    /// cannot be made — and the caller answers now.
-    pub fn hold<H: Host>(&self, host: &H, context: u32, version: u64) -> bool {
+    /// Holds the request of `context`, claiming `claim`, until a table
+    /// newer than `version` comes. False when it cannot — the claim does
+    /// not fit the worker's bounds, or the call cannot be made — and the
+    /// caller answers now.
+    pub fn hold<H: Host>(&self, host: &H, context: u32, version: u64, claim: Claim) -> bool {
         let now = host.now_ms();
-        let client = client_key(host.client_address().ok().flatten().as_deref());
-        let held = Held { context, since_ms: now, deadline_ms: now.saturating_add(u64::from(self.config.max_ms)), client };
-        let (max_held, per_client) = (self.config.max_held, self.config.max_held_per_client);
-        let room = self.held.try_borrow().is_ok_and(|h| has_room(h.iter().map(|x| x.client), client, max_held, per_client));
+        let held = Held { context, since_ms: now, deadline_ms: now.saturating_add(u64::from(self.config.max_ms)), claim };
+        let bounds = Bounds::of(&self.config);
+        let room = self.held.try_borrow().is_ok_and(|h| has_room(h.iter().map(|x| &x.claim), &claim, &bounds));
         // A call in flight waits at most until an earlier deadline than
         // this one: its answer comes in time for this request too.
         if !room || (self.in_flight.get().is_none() && !self.ask(host, version, self.config.max_ms)) {

@@ -13,10 +13,12 @@
 //! mvp-ext-proc's `GetTable`, framed by [`get_table`]) and is published to
 //! the workers ([`shared_table`]). [`identity`] turns a verified client
 //! certificate into requestheaders. A request only closed apiservers serve
-//! held ([`hold`]) until a newer table, or its time, comes.
+//! held ([`hold`]) until a newer table, or its time, comes, within the
+//! bounds of what each request claims ([`hold_claim`]).
 
 pub mod get_table;
 pub mod hold;
+pub mod hold_claim;
 pub mod host;
 pub mod identity;
 pub mod refresher;

@@ -14,6 +14,7 @@ use mvp_contract::plugin::{IdentityConfig, RouterConfig};
 
 use crate::get_table::{self, Answer};
 use crate::hold::{Held, Holds};
+use crate::hold_claim::Claim;
 use crate::host::{Counter, Gauge, Host, LogLevel};
 use crate::identity;
 use crate::route::{self, Decision};
@@ -69,8 +70,9 @@ impl Router {
         router
     }
 
-    /// `context`: the request's proxy-wasm context, for a hold's answer.
-    pub fn on_request_headers<H: Host>(&self, host: &H, context: u32) -> Action {
+    /// `context`: the request's proxy-wasm context, for a hold's answer;
+    /// `end_of_stream`: the request has no body (what a hold would buffer).
+    pub fn on_request_headers<H: Host>(&self, host: &H, context: u32, end_of_stream: bool) -> Action {
         if let Some(names) = &self.config.identity
             && forward_identity(host, names, &self.config.route_header).is_err()
         {
@@ -101,12 +103,18 @@ impl Router {
         }
         if let Decision::Unavailable { .. } = decision
             && let Some(holds) = &self.holds
-            && holds.hold(host, context, table.version())
+            && holds.hold(host, context, table.version(), self.claim(host, end_of_stream))
         {
             return Action::Pause;
         }
         self.pin(host, &decision);
         Action::Continue
+    }
+
+    /// What the current request would claim of the hold (its client, its
+    /// body): only asked of a request to be held.
+    pub fn claim<H: Host>(&self, host: &H, end_of_stream: bool) -> Claim {
+        Claim::of_request(host, self.config.identity.as_ref().map(|i| i.username_header.as_str()), end_of_stream)
     }
 
     /// The published version this worker last acted on (the table its

@@ -28,7 +28,7 @@ fn pins_requests_only_some_apiservers_serve() {
         ("/healthz", vec![], None),
     ] {
         let request = refresher.sibling().with_path(path);
-        router.on_request_headers(&request, 1);
+        router.on_request_headers(&request, 1, true);
         assert_eq!(request.header_values("x-mvp-route"), want, "{path}");
         // Every routed request names its key (for the access log).
         let property = request.properties.borrow().get("mvp_route_key").cloned();
@@ -49,7 +49,7 @@ fn a_request_kept_back_is_counted_once_when_it_goes_on() {
     let router = Router::new(RouterConfig::default(), &refresher.sibling());
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c");
     request.keep_back_pins.set(true);
-    router.on_request_headers(&request, 1);
+    router.on_request_headers(&request, 1, true);
     router.flush(&request);
     assert_eq!(request.counter(Counter::Rerouted), 0, "held: not routed yet");
     assert!(request.header_values("x-mvp-route").is_empty());
@@ -66,19 +66,19 @@ fn loads_a_new_table_on_the_next_request() {
     let worker = refresher.sibling();
     let router = Router::new(RouterConfig::default(), &worker);
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/resourceclaims");
-    router.on_request_headers(&request, 1);
+    router.on_request_headers(&request, 1, true);
     assert!(request.header_values("x-mvp-route").is_empty(), "no table yet: load balancing");
 
     let t = sample();
     publish(&refresher, &NewTable { version: t.version, encoded: t.encode_to_vec() }).unwrap();
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/resourceclaims");
-    router.on_request_headers(&request, 1);
+    router.on_request_headers(&request, 1, true);
     assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1002"]);
     assert_eq!(request.counter(Counter::TableLoads), 1);
 
     publish(&refresher, &NewTable { version: 9, encoded: b"junk".to_vec() }).unwrap();
     let request = refresher.sibling().with_path("/apis/resource.k8s.io/v1/resourceclaims");
-    router.on_request_headers(&request, 1);
+    router.on_request_headers(&request, 1, true);
     assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1002"], "last good table kept");
     assert_eq!(request.counter(Counter::TableErrors), 1);
 }
@@ -90,13 +90,13 @@ fn forwards_a_verified_certificate_identity() {
     let router = Router::new(config, &FakeHost::default());
 
     let request = FakeHost { subject: Some(b"CN=alice,O=dev,O=ops".to_vec()), ..FakeHost::default() }.with_path("/api/v1/pods");
-    router.on_request_headers(&request, 1);
+    router.on_request_headers(&request, 1, true);
     assert_eq!(request.header_values("x-remote-user"), ["alice"]);
     assert_eq!(request.header_values("x-remote-group"), ["ops", "dev"]);
 
     for subject in [None, Some(Vec::new()), Some(b"O=no-cn".to_vec())] {
         let request = FakeHost { subject, ..FakeHost::default() }.with_path("/api/v1/pods");
-        router.on_request_headers(&request, 1);
+        router.on_request_headers(&request, 1, true);
         assert!(request.header_values("x-remote-user").is_empty());
     }
 }
@@ -115,7 +115,7 @@ fn refuses_an_identity_a_header_cannot_carry() {
         (b"CN=system:admin\\ ", "mvp_identity_refused{CN_edge_space}"),
     ] {
         let request = FakeHost { subject: Some(subject.to_vec()), ..FakeHost::default() }.with_path("/apis/resource.k8s.io/v1/resourceclaims");
-        assert_eq!(router.on_request_headers(&request, 1), Action::Answered);
+        assert_eq!(router.on_request_headers(&request, 1, true), Action::Answered);
         assert_eq!(*request.replies.borrow(), [(401, details.to_string())]);
         assert!(request.header_values("x-remote-user").is_empty() && request.header_values("x-remote-group").is_empty());
         assert_eq!(request.header_values("x-mvp-route"), [mvp_contract::headers::IDENTITY_REFUSED]);
@@ -182,7 +182,7 @@ mod hold {
         for c in contexts {
             let request = refresher.sibling().with_path(JOBS);
             request.now.set(at);
-            assert_eq!(router.on_request_headers(&request, c), Action::Pause);
+            assert_eq!(router.on_request_headers(&request, c, true), Action::Pause);
             assert!(request.header_values("x-mvp-route").is_empty(), "not answered yet");
         }
     }
@@ -213,7 +213,7 @@ mod hold {
         // Once it is published, nothing is held.
         publish_table(&refresher, &table(true, 8));
         let request = refresher.sibling().with_path(JOBS);
-        assert_eq!(router.on_request_headers(&request, 4), Action::Continue);
+        assert_eq!(router.on_request_headers(&request, 4, true), Action::Continue);
         assert_eq!(request.header_values("x-mvp-route"), ["127.0.0.1:1003"]);
     }
 
@@ -300,19 +300,19 @@ mod hold {
         publish_table(&refresher, &table(false, 7));
         let router = router(&refresher, 2);
         let served = refresher.sibling().with_path("/apis/apps/v1/namespaces/ns/deployments");
-        assert_eq!(router.on_request_headers(&served, 1), Action::Continue);
+        assert_eq!(router.on_request_headers(&served, 1, true), Action::Continue);
         assert!(served.calls.borrow().is_empty());
 
         hold_jobs(&router, &refresher, 2..=3, 0);
         let third = refresher.sibling().with_path(JOBS);
-        assert_eq!(router.on_request_headers(&third, 4), Action::Continue, "max_held is 2");
+        assert_eq!(router.on_request_headers(&third, 4, true), Action::Continue, "max_held is 2");
         assert_eq!(third.header_values("x-mvp-route"), [UNAVAILABLE]);
         assert_eq!(third.counter(Counter::HoldRefused), 1);
 
         // Without hold configured: the 503 at once.
         let unheld = Router::new(RouterConfig::default(), &refresher.sibling());
         let request = refresher.sibling().with_path(JOBS);
-        assert_eq!(unheld.on_request_headers(&request, 5), Action::Continue);
+        assert_eq!(unheld.on_request_headers(&request, 5, true), Action::Continue);
         assert_eq!(request.header_values("x-mvp-route"), [UNAVAILABLE]);
     }
 }
@@ -331,7 +331,7 @@ fn only_long_running_requests_lift_the_route_timeout() {
         ("/apis", false),
     ] {
         let request = FakeHost::default().with_path(path);
-        router.on_request_headers(&request, 1);
+        router.on_request_headers(&request, 1, true);
         let want: &[&str] = if lifted { &["0"] } else { &[] };
         assert_eq!(request.header_values(mvp_contract::headers::UPSTREAM_TIMEOUT), want, "{path}");
     }

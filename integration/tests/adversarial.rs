@@ -364,3 +364,70 @@ async fn idle_connections_cannot_stall_the_operator_ports_tls_listener() {
     assert!(took.iter().all(|t| *t < Duration::from_secs(1)), "/healthz with 300 idle connections open took {took:?}");
     drop(idle);
 }
+
+/// 64 clients (each its own address and token) POST 4 MiB bodies for an
+/// API only a restarting apiserver serves, while Envoy runs with a
+/// container's memory limit of 256 MiB (issue 55 item 4). Before: each was
+/// held with its body buffered (up to 4 MiB apiece, 1024 per worker), the
+/// heap bound (`--max-heap`, 2Gi) never applied under a smaller container
+/// limit, and the kernel's OOM killer ended Envoy — every stream of every
+/// client. Now what one worker's held requests buffer is bounded
+/// (`--hold-max-body-bytes`, 32 MiB: 8 such bodies), the rest get the 503
+/// Status at once, and the overload manager also watches the container's
+/// limit (`cgroup_memory`): Envoy lives, a read meanwhile is served, and
+/// the held writes are served once the apiserver is back.
+#[tokio::test]
+async fn held_request_bodies_cannot_take_envoy_past_its_container_limit() {
+    const LIMIT: u64 = 256 << 20;
+    const ONLY_V137: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
+    let options = Options { hold_unavailable: Some(Duration::from_secs(5)), envoy_memory_limit: Some(LIMIT), ..Options::default() };
+    let mut door = FrontDoor::start(&three_fakes(), options).await.unwrap();
+    let spec = door.fake("v137").spec.clone();
+    door.fake_mut("v137").proc.kill();
+    let closed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
+    door.wait_table_published(closed).await.unwrap();
+    let stat = |name: &'static str| {
+        let door = &door;
+        async move { door.envoy_stat(&format!("wasmcustom.mvp.router.{name}")).await.unwrap_or(0) }
+    };
+    let (held_before, refused_before) = (stat("held_requests").await, stat("hold_refused").await);
+    let body = bytes::Bytes::from(vec![b' '; 4 << 20]);
+    let posts: Vec<_> = (0..64u8)
+        .map(|i| {
+            let client = reqwest::Client::builder().no_proxy().local_address(std::net::IpAddr::from([127, 2, 0, i + 1])).timeout(Duration::from_secs(30)).build().unwrap();
+            let (url, body) = (door.url(ONLY_V137), body.clone());
+            tokio::spawn(async move {
+                match client.post(url).bearer_auth(format!("token-of-client-{i}")).header("content-type", "application/json").body(body).send().await {
+                    Ok(r) => r.status().as_u16().to_string(),
+                    Err(e) => format!("error: {e}"),
+                }
+            })
+        })
+        .collect();
+    // Every POST held or refused.
+    let decided = wait_for("every POST held or refused", Duration::from_secs(20), || async {
+        let (held, refused) = (stat("held_requests").await - held_before, stat("hold_refused").await - refused_before);
+        (held + refused >= 64).then_some((held, refused))
+    })
+    .await;
+    let read = door.http.get(door.url("/api/v1/namespaces")).send().await.map(|r| r.status().as_u16());
+    let peak = door.envoy_cgroup.as_ref().map(|c| c.peak_bytes()).unwrap_or(0);
+    // Envoy reads its container's limit (percent of it in use).
+    let pressure = door.envoy_stat("overload.envoy.resource_monitors.cgroup_memory.pressure").await.unwrap_or(0);
+    door.restart_fake("v137", spec).await.unwrap();
+    let mut answers = std::collections::BTreeMap::<String, u32>::new();
+    for p in posts {
+        *answers.entry(p.await.unwrap()).or_default() += 1;
+    }
+    let cg = door.envoy_cgroup.as_ref().unwrap();
+    let (oom_kills, peak) = (cg.oom_kills(), peak.max(cg.peak_bytes()));
+    eprintln!("64 POSTs of 4 MiB held or refused: {decided:?}; answers {answers:?}; Envoy's peak {} MiB of {} MiB (cgroup_memory pressure {pressure} %); OOM kills {oom_kills}", peak >> 20, LIMIT >> 20);
+    assert_eq!(oom_kills, 0, "Envoy was OOM-killed at its container's limit; answers {answers:?}");
+    assert!(door.envoy.is_running());
+    assert!((1..90).contains(&pressure), "the overload manager reads the container's limit: {pressure} %");
+    let (held, _) = decided.unwrap();
+    assert!((8..=16).contains(&held), "{held} held: 8 bodies of 4 MiB per worker (two workers)");
+    assert_eq!(read.ok(), Some(200), "a read while the writes were held");
+    assert!(answers.keys().all(|a| a == "200" || a == "503"), "{answers:?}");
+    assert_eq!(answers.get("200").copied().unwrap_or(0) as u64, held, "the held writes served once v137 is back: {answers:?}");
+}

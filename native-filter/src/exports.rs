@@ -67,9 +67,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: ModulePtr, _fi
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(filter: EnvoyPtr, module: ModulePtr, _end_of_stream: bool) -> u32 {
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(filter: EnvoyPtr, module: ModulePtr, end_of_stream: bool) -> u32 {
     guard(abi::HEADERS_CONTINUE, || match unsafe { (module as *const FilterConfig).as_ref() } {
-        Some(config) => config.on_request_headers(filter),
+        Some(config) => config.on_request_headers(filter, end_of_stream),
         None => abi::HEADERS_CONTINUE,
     })
 }

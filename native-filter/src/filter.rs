@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use mvp_contract::envoy::HELD_PROPERTY;
 use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
 use mvp_filter_core::host::{Counter, Host, LogLevel};
-use mvp_filter_core::hold::client_key;
+use mvp_filter_core::hold_claim::{Bounds, Claim};
 use mvp_filter_core::router::{Action, Router};
 
 use crate::abi::{self, EnvoyPtr, ModuleBuffer};
@@ -85,7 +85,7 @@ impl FilterConfig {
     /// headers, an unavailable answer; a pinned request does not need it:
     /// [`NativeHost`]'s `pin`). A request only closed apiservers serve is
     /// held when the configuration allows ([`hold`]).
-    pub fn on_request_headers(&self, filter: EnvoyPtr) -> u32 {
+    pub fn on_request_headers(&self, filter: EnvoyPtr, end_of_stream: bool) -> u32 {
         // Nothing handed to the balancer survives a pass (`handover.rs`).
         handover::disarm();
         // Requests this worker holds past any wake are woken here too (a
@@ -96,14 +96,14 @@ impl FilterConfig {
         let mut host = self.host(filter);
         host.set_holding(self.hold.is_some());
         let (action, seen) = self.with_router(&host, (Action::Continue, 0), |router| {
-            let action = router.on_request_headers(&host, 0);
+            let action = router.on_request_headers(&host, 0, end_of_stream);
             router.flush(&host);
             (action, router.acted_on())
         });
         if action == Action::Answered {
             return abi::HEADERS_STOP_ITERATION;
         }
-        self.finish(&host, filter, seen, None)
+        self.finish(&host, filter, seen, None, end_of_stream)
     }
 
     /// A held request's wake: route it again by the newest table.
@@ -124,7 +124,7 @@ impl FilterConfig {
             router.flush(&host);
             router.acted_on()
         });
-        let status = self.finish(&host, filter, seen, Some(held));
+        let status = self.finish(&host, filter, seen, Some(held), true);
         std::mem::forget(unanswered);
         if status == abi::HEADERS_CONTINUE {
             unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(filter) };
@@ -146,7 +146,9 @@ impl FilterConfig {
     /// apiserver as nobody (kube: 401, or anonymous). A pin matched it again
     /// already when it asked the route's cluster (`pin.rs`), unless a header
     /// was written since.
-    fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, seen: u64, held: Option<hold::Released>) -> u32 {
+    /// `end_of_stream`: the request has no body (a held one's claim was
+    /// made when it was first held).
+    fn finish(&self, host: &NativeHost<'_>, filter: EnvoyPtr, seen: u64, held: Option<hold::Released>, end_of_stream: bool) -> u32 {
         let answer = host.unavailable();
         // Headers the route table matches were written by this pass, or by
         // the pass that held the request: carried while it waits, acted on
@@ -156,14 +158,15 @@ impl FilterConfig {
         if let Some(answer) = answer
             && host.holding()
         {
-            let (max_held, per_client) = self.hold.as_ref().map_or((0, 0), |h| (h.max_held, h.max_held_per_client));
+            let bounds = self.hold.as_ref().map_or(Bounds { max_held: 0, per_client: 0, per_source_unverified: 0, max_body_bytes: 0 }, Bounds::of);
             let span = held.unwrap_or_else(|| {
                 let now = hold::now_ms();
-                hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))), rematch: false }
+                // What it claims (its client, its body), only now that it
+                // is to be held (not per request).
+                let claim = self.with_router(host, Claim::default(), |router| router.claim(host, end_of_stream));
+                hold::Released { since_ms: now, deadline_ms: now.saturating_add(self.hold.as_ref().map_or(0, |h| u64::from(h.max_ms))), rematch: false, claim }
             });
-            // Its client, only now that it is to be held (not per request).
-            let client = client_key(host.client_address().ok().flatten().as_deref());
-            if hold::park(filter, seen, hold::Released { rematch: rematch(), ..span }, client, max_held, per_client) {
+            if hold::park(filter, seen, hold::Released { rematch: rematch(), ..span }, &bounds) {
                 if !was_held {
                     host.count(Counter::Held, 1);
                 }

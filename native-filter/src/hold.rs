@@ -1,8 +1,8 @@
 //! Holding a request the table can only answer with the 503 Status, the
 //! native way: the same promise as the proxy-wasm filter's `hold.rs` (at
-//! most `max_ms` per request, then the 503 it would have had; at most
-//! `max_held` per worker and `max_held_per_client` of one client's, beyond
-//! that the 503 at once), without a call of
+//! most `max_ms` per request, then the 503 it would have had; within the
+//! worker's bounds on what held requests claim — `hold_claim.rs`: requests,
+//! per client, bodies — beyond them the 503 at once), without a call of
 //! its own. The refresher's `GetTable` long poll already brings every new
 //! table to this process the moment mvp-ext-proc publishes it, so a held
 //! request waits for the process's table to move past the version it was
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use mvp_filter_core::hold::has_room;
+use mvp_filter_core::hold_claim::{Bounds, Claim, has_room};
 
 use crate::abi;
 use crate::process;
@@ -185,8 +185,6 @@ struct Parked {
     filter: usize,
     span: Released,
     waiter: Arc<Waiter>,
-    /// Its client (`mvp_filter_core::hold::client_key`).
-    client: u64,
     /// Woken by the worker's sweep once already ([`sweep`]).
     swept: bool,
 }
@@ -203,20 +201,22 @@ pub struct Released {
     /// A header the route table matches (identity) was written before it
     /// was held: its route must be matched again when it goes on.
     pub rematch: bool,
+    /// What it claims of the worker's hold (made when it was first held).
+    pub claim: Claim,
 }
 
 /// Parks the request of `filter` until a table newer than `seen` or
-/// `span.deadline_ms`. False when it cannot (no refresher to wake it, the
-/// worker holds `max_held` already or `per_client` of `client`'s, Envoy
-/// gave no scheduler): the caller answers now.
-pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_held: u32, per_client: u32) -> bool {
+/// `span.deadline_ms`. False when it cannot (no refresher to wake it, its
+/// claim does not fit the worker's `bounds`, Envoy gave no scheduler): the
+/// caller answers now.
+pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, bounds: &Bounds) -> bool {
     let Released { since_ms, deadline_ms, .. } = span;
     let main = *lock(&MAIN);
     if main == 0 || DEADLINES.get() != Some(&true) {
         return false;
     }
     sweep(since_ms);
-    let room = PARKED.with(|p| p.try_borrow().is_ok_and(|p| has_room(p.iter().map(|x| x.client), client, max_held, per_client)));
+    let room = PARKED.with(|p| p.try_borrow().is_ok_and(|p| has_room(p.iter().map(|x| &x.span.claim), &span.claim, bounds)));
     if !room {
         return false;
     }
@@ -225,7 +225,7 @@ pub fn park(filter: abi::EnvoyPtr, seen: u64, span: Released, client: u64, max_h
         return false;
     }
     let waiter = Arc::new(Waiter { scheduler: Mutex::new(Some(scheduler as usize)), seen, deadline_ms });
-    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone(), client, swept: false };
+    let parked = Parked { filter: filter as usize, span, waiter: waiter.clone(), swept: false };
     if PARKED.with(|p| p.try_borrow_mut().map(|mut p| p.push(parked)).is_err()) {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) };
         return false;

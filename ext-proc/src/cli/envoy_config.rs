@@ -86,9 +86,24 @@ pub(super) struct EnvoyConfigArgs {
     /// any request in flight, for at most --hold-unavailable).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = mvp_contract::limits::DEFAULT_MAX_HELD)]
     hold_max_per_worker: u32,
-    /// Of those, the most one client (one source address) holds.
+    /// Of those, the most one client holds: a client certificate's user,
+    /// else a bearer token, else a source address (an IPv6 /64).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), default_value_t = mvp_contract::limits::DEFAULT_MAX_HELD_PER_CLIENT)]
     hold_max_per_client: u32,
+    /// What the requests one worker holds may buffer of their bodies in all
+    /// (bytes, or Ki/Mi/Gi); a request whose body does not fit gets the 503
+    /// Status at once. Requests without a body are never refused by it.
+    #[arg(long, value_name = "QUANTITY", value_parser = envoy_config::edge::parse_bytes, default_value = "32Mi")]
+    hold_max_body_bytes: u64,
+    /// Every client connection starts with a PROXY protocol header (v1 or
+    /// v2: HAProxy's `send-proxy-v2`, a cloud load balancer's option), whose
+    /// source address Envoy then takes as the client's — the access log's,
+    /// and whose share of the hold is bounded. Without it, behind a load
+    /// balancer every client has the balancer's address. A connection
+    /// without the header is refused: give it only when every client comes
+    /// through such a balancer.
+    #[arg(long)]
+    proxy_protocol: bool,
     /// Serving certificate of the front door; with --tls-private-key-file,
     /// clients connect over TLS (HTTP/2 and HTTP/1.1).
     #[arg(long, value_name = "FILE")]
@@ -239,6 +254,8 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         hold_unavailable: a.hold_unavailable,
         hold_max_per_worker: a.hold_max_per_worker,
         hold_max_per_client: a.hold_max_per_client,
+        hold_max_body_bytes: a.hold_max_body_bytes,
+        proxy_protocol: a.proxy_protocol,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
         request_headers_timeout: a.request_headers_timeout,

@@ -51,6 +51,15 @@ pub const CONNECTION_IDLE_TIMEOUT: &str = "3600s";
 const SHRINK_HEAP_AT: f64 = 0.95;
 const STOP_ACCEPTING_REQUESTS_AT: f64 = 0.98;
 
+/// The same against the container's memory limit, which Envoy reads from
+/// its cgroup at run time (`cgroup_memory`, v1 or v2; no limit, no
+/// pressure): what the OOM killer acts on counts more than the heap —
+/// sockets' buffers, the wasm VMs, page cache — so it acts earlier. Before,
+/// only `--max-heap` (2Gi by default) was watched, and the manifests cap
+/// Envoy at 1Gi: the OOM killer came first.
+const SHRINK_HEAP_AT_CONTAINER: f64 = 0.85;
+const STOP_ACCEPTING_REQUESTS_AT_CONTAINER: f64 = 0.90;
+
 /// Client connections Envoy keeps at most (each watch holds one stream;
 /// Envoy warns at start without a bound).
 pub const MAX_DOWNSTREAM_CONNECTIONS: u64 = 50_000;
@@ -96,10 +105,12 @@ pub fn layered_runtime() -> Value {
     json!({"layers": [{"name": "edge", "static_layer": {"http.max_requests_per_io_cycle": MAX_REQUESTS_PER_IO_CYCLE}}]})
 }
 
-/// The bootstrap's overload manager: client connections and heap.
+/// The bootstrap's overload manager: client connections, heap and the
+/// container's memory.
 pub fn overload_manager(max_heap_bytes: u64) -> Value {
     const HEAP: &str = "envoy.resource_monitors.fixed_heap";
-    let at = |value: f64| json!([{"name": HEAP, "threshold": {"value": value}}]);
+    const CONTAINER: &str = "envoy.resource_monitors.cgroup_memory";
+    let at = |heap: f64, container: f64| json!([{"name": HEAP, "threshold": {"value": heap}}, {"name": CONTAINER, "threshold": {"value": container}}]);
     json!({
         "refresh_interval": "0.25s",
         "resource_monitors": [
@@ -117,10 +128,16 @@ pub fn overload_manager(max_heap_bytes: u64) -> Value {
                     "max_heap_size_bytes": max_heap_bytes,
                 },
             },
+            {
+                "name": CONTAINER,
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.resource_monitors.cgroup_memory.v3.CgroupMemoryConfig",
+                },
+            },
         ],
         "actions": [
-            {"name": "envoy.overload_actions.shrink_heap", "triggers": at(SHRINK_HEAP_AT)},
-            {"name": "envoy.overload_actions.stop_accepting_requests", "triggers": at(STOP_ACCEPTING_REQUESTS_AT)},
+            {"name": "envoy.overload_actions.shrink_heap", "triggers": at(SHRINK_HEAP_AT, SHRINK_HEAP_AT_CONTAINER)},
+            {"name": "envoy.overload_actions.stop_accepting_requests", "triggers": at(STOP_ACCEPTING_REQUESTS_AT, STOP_ACCEPTING_REQUESTS_AT_CONTAINER)},
         ],
     })
 }

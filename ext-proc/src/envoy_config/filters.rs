@@ -186,6 +186,7 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             max_ms: u32::try_from(o.hold_unavailable.as_millis()).unwrap_or(u32::MAX),
             max_held: o.hold_max_per_worker,
             max_held_per_client: o.hold_max_per_client,
+            max_held_body_bytes: o.hold_max_body_bytes,
             ..HoldConfig::default()
         }),
         ..RouterConfig::default()

@@ -30,11 +30,22 @@ pub fn listener(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
             },
         });
     }
-    json!({
+    let mut listener = json!({
         "name": "apiserver_front_door",
         "address": socket_address(&o.listen.ip().to_string(), o.listen.port()),
         "filter_chains": [filter_chain],
         // A slow reader or fast writer is pushed back, not buffered (edge.rs).
         "per_connection_buffer_limit_bytes": super::edge::CONNECTION_BUFFER_BYTES,
-    })
+    });
+    if o.proxy_protocol {
+        // The client's address from the load balancer in front (first,
+        // before TLS): what the access log shows and what the hold bounds
+        // per client. Required on every connection — one that could leave
+        // it out could also send one naming any address it likes.
+        listener["listener_filters"] = json!([{
+            "name": "envoy.filters.listener.proxy_protocol",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol"},
+        }]);
+    }
+    listener
 }

@@ -57,6 +57,10 @@ pub struct EnvoyConfigOptions {
     /// Requests one worker holds at once, and of those one client's.
     pub hold_max_per_worker: u32,
     pub hold_max_per_client: u32,
+    /// What one worker's held requests may buffer of their bodies in all.
+    pub hold_max_body_bytes: u64,
+    /// The listener takes the PROXY protocol ([`listener`]).
+    pub proxy_protocol: bool,
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
     pub ext_proc_message_timeout: Duration,

@@ -14,6 +14,8 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         hold_unavailable: Duration::from_secs(1),
         hold_max_per_worker: mvp_contract::limits::DEFAULT_MAX_HELD,
         hold_max_per_client: mvp_contract::limits::DEFAULT_MAX_HELD_PER_CLIENT,
+        hold_max_body_bytes: mvp_contract::limits::DEFAULT_MAX_HELD_BODY_BYTES,
+        proxy_protocol: false,
         ext_proc_message_timeout: Duration::from_secs(1),
         front_tls: None,
         peer_tls: None,
@@ -98,7 +100,7 @@ fn router_config(o: &EnvoyConfigOptions) -> mvp_contract::plugin::PluginConfig {
 fn holds_requests_only_closed_apiservers_serve_unless_told_not_to() {
     use mvp_contract::plugin::{HoldConfig, PluginConfig, RouterConfig};
     let PluginConfig::Router(RouterConfig { hold, .. }) = router_config(&opts(&[])) else { panic!("not the router") };
-    assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 1024, max_held_per_client: 8, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
+    assert_eq!(hold, Some(HoldConfig { max_ms: 1000, max_held: 1024, max_held_per_client: 8, max_held_body_bytes: 32 << 20, cluster: EXT_PROC_CLUSTER.into(), authority: "mvp-ext-proc".into() }));
     // The bounds as given (envoy-config --hold-max-per-worker, --hold-max-per-client).
     let sized = EnvoyConfigOptions { hold_max_per_worker: 4096, hold_max_per_client: 2, ..opts(&[]) };
     let PluginConfig::Router(RouterConfig { hold, .. }) = router_config(&sized) else { panic!("not the router") };
@@ -222,5 +224,23 @@ fn nothing_after_the_routing_filter_pauses_a_request_before_its_host_is_picked()
             let mode = &ext_proc["processing_mode"];
             assert_eq!((mode["request_header_mode"].as_str(), mode["request_body_mode"].as_str().unwrap_or("NONE")), (Some("SKIP"), "NONE"), "{}", f["name"]);
         }
+    }
+}
+
+/// The PROXY protocol only when asked, then first and required; the
+/// overload manager watches the heap bound and the container's limit.
+#[test]
+fn proxy_protocol_when_asked_and_the_container_limit_watched() {
+    let plain = render(&opts(&[])).unwrap();
+    assert!(plain["static_resources"]["listeners"][0].get("listener_filters").is_none());
+    let v = render(&EnvoyConfigOptions { proxy_protocol: true, ..opts(&[]) }).unwrap();
+    let filters = v["static_resources"]["listeners"][0]["listener_filters"].as_array().unwrap();
+    assert_eq!(filters[0]["name"], "envoy.filters.listener.proxy_protocol");
+    assert!(filters[0]["typed_config"].get("allow_requests_without_proxy_protocol").is_none(), "required on every connection");
+    let monitors: Vec<&str> = plain["overload_manager"]["resource_monitors"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
+    assert!(monitors.contains(&"envoy.resource_monitors.cgroup_memory") && monitors.contains(&"envoy.resource_monitors.fixed_heap"), "{monitors:?}");
+    for action in plain["overload_manager"]["actions"].as_array().unwrap() {
+        let on: Vec<&str> = action["triggers"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+        assert!(on.contains(&"envoy.resource_monitors.cgroup_memory"), "{action}");
     }
 }

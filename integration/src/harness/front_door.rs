@@ -25,6 +25,9 @@ pub struct FrontDoor {
     /// The replicas after the first, as [`Topology::standbys`] lists them.
     pub standbys: Vec<Proc>,
     pub envoy: Proc,
+    /// Envoy's memory cgroup, with `Options::envoy_memory_limit` (dropped
+    /// after Envoy, which is killed first).
+    pub envoy_cgroup: Option<super::container::MemoryCgroup>,
     pub listen_port: u16,
     pub admin_port: u16,
     pub metrics_port: u16,
@@ -146,7 +149,14 @@ impl FrontDoor {
         }
         std::fs::write(&config_path, yaml)?;
         let envoy_args = Topology::envoy_args(&config_path, options.concurrency, "info");
-        let envoy = Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?;
+        let envoy_cgroup = options.envoy_memory_limit.map(|limit| super::container::MemoryCgroup::new("envoy", limit)).transpose()?;
+        let envoy = match &envoy_cgroup {
+            Some(cg) => {
+                let (program, args) = cg.wrap(dir.path(), &envoy_bin()?, &envoy_args)?;
+                Proc::spawn("envoy", dir.path(), &program, &args)?
+            }
+            None => Proc::spawn("envoy", dir.path(), &envoy_bin()?, &envoy_args)?,
+        };
         let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().timeout(Duration::from_secs(10)).build()?;
         let mut door = FrontDoor {
             listen_port: ports.listen,
@@ -158,6 +168,7 @@ impl FrontDoor {
             ext_proc,
             standbys,
             envoy,
+            envoy_cgroup,
             config_path,
             http,
             h2c,

@@ -11,9 +11,11 @@
 //! - [`secure`]: the TLS topology (PKI, kube-authenticating fakes).
 //! - [`served`]: what the fixtures' releases serve.
 //! - [`tally`]: load under faults, every answer classified.
+//! - [`container`]: a process with a container's memory limit.
 //! - [`http1_apiservers`]: plaintext HTTP/1.1-only apiservers on Python's
 //!   `http.server` (not the project's code).
 
+pub mod container;
 pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;

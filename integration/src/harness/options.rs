@@ -52,6 +52,9 @@ pub struct Options {
     /// table this accepts (by default one in which every apiserver is
     /// healthy).
     pub ready_when: Option<fn(&serde_json::Value) -> bool>,
+    /// Envoy runs with a container's memory limit of this many bytes
+    /// ([`super::container`]).
+    pub envoy_memory_limit: Option<u64>,
 }
 
 impl Default for Options {
@@ -73,6 +76,7 @@ impl Default for Options {
             filter: None,
             envoy_config_args: vec![],
             ready_when: None,
+            envoy_memory_limit: None,
         }
     }
 }

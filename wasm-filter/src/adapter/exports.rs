@@ -64,8 +64,8 @@ pub extern "C" fn proxy_on_http_call_response(root: u32, token: u32, _headers: u
 /// so its body waits too; its call's answer lets it go on) or answered by the
 /// filter itself (its local reply is on its way).
 #[unsafe(no_mangle)]
-pub extern "C" fn proxy_on_request_headers(context: u32, _headers: u32, _end_of_stream: u32) -> u32 {
-    match with_vm(Action::Continue, |vm| vm.request_headers(context)) {
+pub extern "C" fn proxy_on_request_headers(context: u32, _headers: u32, end_of_stream: u32) -> u32 {
+    match with_vm(Action::Continue, |vm| vm.request_headers(context, end_of_stream != 0)) {
         Action::Continue => 0,
         Action::Pause | Action::Answered => 1,
     }

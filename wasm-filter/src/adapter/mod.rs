@@ -105,8 +105,8 @@ impl Vm {
 
     /// Every HTTP context is the router's (see [`Vm`]); without one it
     /// passes through.
-    fn request_headers(&self, context: u32) -> Action {
-        self.router().map_or(Action::Continue, |(r, host)| r.on_request_headers(host, context))
+    fn request_headers(&self, context: u32, end_of_stream: bool) -> Action {
+        self.router().map_or(Action::Continue, |(r, host)| r.on_request_headers(host, context, end_of_stream))
     }
     /// Configures root `id` from its plugin configuration. A root that
     /// fails is forgotten (Envoy rejects the plugin); one that succeeds
