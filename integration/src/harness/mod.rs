@@ -12,9 +12,11 @@
 //! - [`served`]: what the fixtures' releases serve.
 //! - [`tally`]: load under faults, every answer classified.
 //! - [`container`]: a process with a container's memory limit.
+//! - [`balancer`]: a TCP load balancer in front of the door (PROXY protocol or not).
 //! - [`http1_apiservers`]: plaintext HTTP/1.1-only apiservers on Python's
 //!   `http.server` (not the project's code).
 
+pub mod balancer;
 pub mod container;
 pub mod crd_heavy;
 pub mod fakes;
