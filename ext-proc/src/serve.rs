@@ -56,6 +56,8 @@ pub struct ServeOptions {
     /// `--apiserver-h2c`: plaintext apiservers take HTTP/2 with prior
     /// knowledge (HTTP/1.1 otherwise).
     pub apiserver_h2c: bool,
+    /// `--apiserver-ping-timeout` (zero: no PINGs).
+    pub apiserver_ping_timeout: Duration,
     /// Mutual TLS on the TCP gRPC listeners (`--tls-cert-file`,
     /// `--tls-private-key-file`, `--client-ca-file`).
     pub grpc_tls: Option<crate::grpc::tls::GrpcTlsFiles>,
@@ -128,6 +130,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         username_header: o.username_header.clone(),
         http2_max_streams: Some(o.apiserver_http2_max_streams),
         plaintext_h2c: o.apiserver_h2c,
+        ping_timeout: o.apiserver_ping_timeout,
     };
     let (snapshot_tx, snapshot) = tokio::sync::watch::channel(Snapshot::unpublished());
     let (stop, stopping) = Stop::new();

@@ -8,7 +8,9 @@
 //! (SIGSTOP) — and the same on v1.37.2 servers — a new kubectl through the
 //! door gets shared APIs at once and a clear error for the down server's,
 //! with no Retry-After wait at all (counted from kubectl's own `-v=4` log;
-//! the times are printed); so does the Python client.
+//! the times are printed); so does the Python client. And reads in flight
+//! to the hung one move to the other within the PING timeout (issue 55
+//! item 6: 5 s by default; before, the per-read idle timeout's 20 s).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -145,6 +147,30 @@ async fn down_and_hung(mut cp: RealControlPlane, down_only: &str, down_kind: &st
     cp.start_apiserver(1).await.unwrap();
     door.wait_table_published(open("kas-b")).await.unwrap();
 
+    // Reads of a shared API at 10 per second from before the hang to after
+    // the table closed it: the ones in flight to the hung server move. On a
+    // runtime of their own (a thread): this test's blocks while kubectl runs.
+    let client = door.https(Some(&cp.admin), true).unwrap();
+    let url = door.url("/api/v1/namespaces/default/configmaps");
+    let load = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let mut reads = Vec::new();
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(10) {
+                let (client, url) = (client.clone(), url.clone());
+                reads.push(tokio::spawn(async move {
+                    let sent = Instant::now();
+                    let status = client.get(url).timeout(Duration::from_secs(40)).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+                    (status, sent.elapsed())
+                }));
+                // The load's rate, not a wait for anything.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            futures::future::join_all(reads).await.into_iter().map(|r| r.unwrap_or((0, Duration::ZERO))).collect::<Vec<_>>()
+        })
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
     cp.signal_apiserver(1, "STOP");
     let hung = Instant::now();
     door.wait_table_published(closed("kas-b")).await.unwrap();
@@ -152,5 +178,11 @@ async fn down_and_hung(mut cp: RealControlPlane, down_only: &str, down_kind: &st
     // Its /readyz deadline (2 s) even mid-read, not the read's (10 s; 12 s measured before).
     assert!(hung.elapsed() < Duration::from_secs(8), "closed {:?} after SIGSTOP", hung.elapsed());
     asks_without_stalling(&cp, &door, &kc, "hung", down_only, down_kind).await;
+    let reads = load.join().unwrap();
     cp.signal_apiserver(1, "CONT");
+    let slowest = reads.iter().map(|(_, t)| *t).max().unwrap_or_default();
+    let failed: Vec<u16> = reads.iter().map(|(s, _)| *s).filter(|s| *s != 200).collect();
+    eprintln!("hung: {} reads at 10/s across the hang, slowest {:.2} s, not 200: {failed:?}", reads.len(), slowest.as_secs_f64());
+    assert!(failed.is_empty(), "reads across the hang: {failed:?}");
+    assert!(slowest < Duration::from_secs(8), "a read in flight to the hung apiserver waited {slowest:?} (PING timeout 5 s)");
 }

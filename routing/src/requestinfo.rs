@@ -184,7 +184,8 @@ pub fn route_key<'a>(path: &'a DecodedPath<'_>) -> RouteKey<'a> {
 
 /// [`route_key`], and whether kube-apiserver counts the request as
 /// long-running — its `BasicLongRunningRequestCheck`: the verbs watch and
-/// proxy, the subresources attach, exec, proxy, log and portforward — so
+/// proxy, the subresources attach, exec, proxy, log and portforward, and
+/// the profiler (a non-resource path under `/debug/pprof/`) — so
 /// that no request timeout applies to it; from one segment walk, what the
 /// filter asks of every request. Read without the method: a collection path
 /// with `watch` set is a watch only for GET in kube; another method with it
@@ -207,9 +208,14 @@ pub fn route_key_and_long_running<'a>(path: &'a DecodedPath<'_>) -> (RouteKey<'a
             (RouteKey::Resource { group: w.group, version: w.version, resource: w.resource, subresource: w.subresource }, long_running)
         }
         Walked::Discovery { group, version } => (RouteKey::Discovery { group, version }, false),
-        Walked::NonResource | Walked::Invalid => (RouteKey::None, false),
+        Walked::NonResource => (RouteKey::None, path.path().starts_with(PROFILER)),
+        Walked::Invalid => (RouteKey::None, false),
     }
 }
+
+/// kube's long-running non-resource prefix: a CPU profile runs for its
+/// `seconds`.
+const PROFILER: &[u8] = b"/debug/pprof/";
 
 /// The subresources kube counts as long-running whatever the verb.
 fn long_running_subresource(subresource: &[u8]) -> bool {

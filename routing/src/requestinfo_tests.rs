@@ -261,6 +261,10 @@ fn long_running_requests_are_kubes() {
         ("/apis", false),
         ("/openapi/v2", false),
         ("/healthz?watch=true", false),
+        ("/debug/pprof/profile?seconds=30", true),
+        ("/debug/pprof/", true),
+        ("/debug/pprof", false),
+        ("/debug/flags/v", false),
     ];
     for (raw, want) in cases {
         let path = DecodedPath::parse(raw.as_bytes());
@@ -269,12 +273,14 @@ fn long_running_requests_are_kubes() {
 }
 
 /// kube's long-running check read off the full RequestInfo of a GET: the
-/// verbs watch and proxy, or one of the long-running subresources.
+/// verbs watch and proxy, or one of the long-running subresources; or a
+/// non-resource path under `/debug/pprof/`.
 fn kube_long_running(t: &DecodedPath<'_>) -> bool {
     match t.classify(Method::Get) {
         RequestInfo::Resource(r) => {
             matches!(r.verb, Verb::Watch | Verb::Proxy) || matches!(r.subresource, b"attach" | b"exec" | b"proxy" | b"log" | b"portforward")
         }
+        RequestInfo::NonResource => t.path().starts_with(b"/debug/pprof/"),
         _ => false,
     }
 }
@@ -284,7 +290,7 @@ proptest::proptest! {
     /// The one walk the filter makes per request gives the key and the
     /// long-running answer the full classification gives.
     #[test]
-    fn one_walk_gives_the_key_and_kubes_long_running(raw in "(/(api|apis|v1|apps|namespaces|ns|watch|proxy|status|log|exec|pods|p|%2F|)){0,10}(\\?(watch=1|watch=false|w=watch|fieldSelector=metadata.name=x|watch=true&limit=1))?") {
+    fn one_walk_gives_the_key_and_kubes_long_running(raw in "(/(api|apis|v1|apps|namespaces|ns|watch|proxy|status|log|exec|pods|p|%2F|debug|pprof|)){0,10}(\\?(watch=1|watch=false|w=watch|fieldSelector=metadata.name=x|watch=true&limit=1))?") {
         let t = DecodedPath::parse(raw.as_bytes());
         let (key, long_running) = route_key_and_long_running(&t);
         proptest::prop_assert_eq!(key, route_key(&t));

@@ -142,11 +142,14 @@ pub(super) struct EnvoyConfigArgs {
     /// longer. 0s: no bound.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "70s")]
     request_timeout: Duration,
-    /// Longest a read (GET, HEAD) that is not long-running waits for the
-    /// first byte — or the next — from one apiserver before it is tried on
-    /// another that serves it, as on a reset (a hung apiserver); writes are
-    /// never sent twice. Above kube's priority-and-fairness queue wait (15 s
-    /// by default), so a queued request is not sent twice. 0s: no bound.
+    /// Longest a read of a merged document (`/apis`, `/openapi/v2`,
+    /// `/openapi/v3`) waits for the first byte — or the next — from one
+    /// apiserver before it is tried on another (an apiserver serves them
+    /// from memory: only a hung one is this slow). No other request has
+    /// such a bound: a slow LIST is a healthy server's and is never sent
+    /// twice; reads on a hung apiserver move when its connection's HTTP/2
+    /// PING goes unanswered (`serve --apiserver-ping-timeout`). 0s: no
+    /// bound.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     read_idle_timeout: Duration,
     /// Write to this file instead of standard output.

@@ -216,6 +216,15 @@ struct ServeArgs {
     /// https:// apiservers negotiate HTTP/2 by ALPN whatever this says.
     #[arg(long)]
     apiserver_h2c: bool,
+    /// How long an apiserver may take to answer an HTTP/2 PING (Envoy sends
+    /// one every second on each connection) before the connection is
+    /// closed: the reads in flight on it — not yet answered — are tried on
+    /// another apiserver that serves them, its watches end and are made
+    /// again. A hung apiserver (a stopped process, a lost network) never
+    /// answers; a slow one (a slow etcd, a long LIST) does at once, so its
+    /// requests are never moved. 0s: no PINGs.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    apiserver_ping_timeout: Duration,
     /// Protect the operator endpoints (--metrics-listen: /metrics, /table,
     /// /debug/route, the status page) as kube's components protect theirs:
     /// a bearer token reviewed by this cluster (TokenReview), its user
@@ -300,6 +309,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_held_table_calls: a.max_held_table_calls,
         apiserver_http2_max_streams: a.apiserver_http2_max_streams_per_connection,
         apiserver_h2c: a.apiserver_h2c,
+        apiserver_ping_timeout: a.apiserver_ping_timeout,
         metrics_tls: a.metrics_tls,
         delegated_auth: match (a.authentication_kubeconfig, a.delegated_auth_in_cluster) {
             (Some(path), _) => Some(Some(path)),

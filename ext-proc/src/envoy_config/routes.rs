@@ -3,7 +3,7 @@
 //! apiservers the filter pinned a request to, and the default route.
 
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, EXT_PROC_FILTER, http1_twin};
-use mvp_contract::headers::{DISCOVERY_RESULT, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT, UPSTREAM_TIMEOUT};
+use mvp_contract::headers::{DISCOVERY_RESULT, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
 
@@ -35,7 +35,7 @@ fn to_apiservers(cluster: &str, retries: usize, retry: Retry, t: &Timeouts, idle
     };
     json!({
         "cluster": cluster,
-        // Long-running requests lift it (the filter: UPSTREAM_TIMEOUT).
+        // Long-running requests lift it (the filter: `UPSTREAM_TIMEOUT`).
         "timeout": t.request,
         "retry_policy": {
             "retry_on": retry_on,
@@ -46,9 +46,10 @@ fn to_apiservers(cluster: &str, retries: usize, retry: Retry, t: &Timeouts, idle
                 "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
             }],
             "host_selection_retry_max_attempts": 5,
-            // A read without a byte from its apiserver for this long is
-            // tried on another capable one (`reset` covers it), as on a
-            // reset; never a long-running request (a quiet watch).
+            // A merged document's read without a byte from its apiserver for
+            // this long is tried on another capable one (`reset` covers it),
+            // as on a reset: an apiserver serves them from memory, so only a
+            // hung one is this slow. No other request has it (`route_set`).
             "per_try_idle_timeout": if idle { t.read_idle.clone().map_or(Value::Null, Value::from) } else { Value::Null },
         },
     })
@@ -58,7 +59,8 @@ fn to_apiservers(cluster: &str, retries: usize, retry: Retry, t: &Timeouts, idle
 pub struct Timeouts {
     /// Any request that is not long-running.
     request: String,
-    /// A read's attempt without a response byte; `None`: no bound.
+    /// A merged document's read attempt without a response byte; `None`:
+    /// no bound.
     read_idle: Option<String>,
 }
 
@@ -184,24 +186,26 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
         })
     };
     let mut routes: Vec<Value> = MERGED_PATHS.iter().map(|p| merged(p)).collect();
-    // Each route below four times: upgrade requests first (exec, attach,
+    // Each route below three times: upgrade requests first (exec, attach,
     // port-forward: to the HTTP/1.1 twin, retried only where they never
-    // reached a server), then reads that are not long-running (their retry
-    // policy, with the idle bound), then long-running reads (the filter
-    // marked them: no idle bound, a watch may be quiet for minutes), then
-    // any method. Without an idle bound, three times.
+    // reached a server), then reads (their retry policy), then any method.
+    // No idle bound on any of them: a slow LIST (a consistent read from a
+    // slow etcd, priority-and-fairness queueing) is a healthy server's, and
+    // re-sending it multiplied etcd's load when etcd was slowest; Envoy's
+    // idle timer counts only upstream data, so a client that stopped reading
+    // had its LIST cut mid-body; a CPU profile runs for its `seconds`. What
+    // moves a read off an apiserver that is actually hung is its HTTP/2
+    // connection's PING going unanswered (`xds::clusters`): the connection is
+    // closed, its streams reset, and `reset` retries the reads.
     let http1 = http1_twin(cluster);
     let upgrade = || json!({"name": "upgrade", "present_match": true});
     let read = || json!({"name": ":method", "string_match": {"safe_regex": {"regex": READ_METHODS}}});
-    let not_long_running = || json!({"name": UPSTREAM_TIMEOUT, "present_match": false});
     let variants = |first: Vec<Value>| {
-        let mut v = vec![([first.clone(), vec![upgrade()]].concat(), http1, Retry::NeverReached, false)];
-        if t.read_idle.is_some() {
-            v.push(([first.clone(), vec![read(), not_long_running()]].concat(), cluster, Retry::Read, true));
-        }
-        v.push(([first.clone(), vec![read()]].concat(), cluster, Retry::Read, false));
-        v.push((first, cluster, Retry::NeverReached, false));
-        v
+        vec![
+            ([first.clone(), vec![upgrade()]].concat(), http1, Retry::NeverReached, false),
+            ([first.clone(), vec![read()]].concat(), cluster, Retry::Read, false),
+            (first, cluster, Retry::NeverReached, false),
+        ]
     };
     // Requests the wasm filter pinned (it sets only the route header;
     // setting it clears the route cache, so Envoy matches again): one route
@@ -233,7 +237,7 @@ mod tests {
     fn pinned_requests_retry_only_within_their_list() {
         let r = routes(None, false, true, &t());
         let m = MERGED_PATHS.len();
-        let set = m + 4 * (MAX_LISTED_APISERVERS + 1);
+        let set = m + 3 * (MAX_LISTED_APISERVERS + 1);
         // A malformed authority's 400 first, then the two unavailable
         // answers: resources with Retry-After, documents without.
         let u = 3;
@@ -248,41 +252,37 @@ mod tests {
         assert_eq!(with_identity[u]["route"]["cluster"], mvp_contract::envoy::APISERVERS_REQUESTHEADER_HTTP1_CLUSTER, "a merged document");
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
         assert_eq!(with_identity[u - 1 + 2 * set]["route"]["cluster"], APISERVERS_CLUSTER);
-        // k = 1: upgrades, reads not long-running, long-running reads, any
-        // method; k = 2 likewise.
+        // k = 1: upgrades, reads, any method; k = 2 likewise.
         assert_eq!(r[u + m]["route"]["retry_policy"]["num_retries"], 0);
+        assert_eq!(r[u + m + 3]["route"]["retry_policy"]["num_retries"], 1);
         assert_eq!(r[u + m + 4]["route"]["retry_policy"]["num_retries"], 1);
-        assert_eq!(r[u + m + 5]["route"]["retry_policy"]["num_retries"], 1);
         assert!(r.iter().all(|r| r.get("request_headers_to_add").is_none()), "no route adds x-kubernetes-peer-proxied");
         let policy = |i: usize| r[u + m + i]["route"]["retry_policy"]["retry_on"].as_str().unwrap().to_string();
-        assert_eq!(r[u + m + 5]["match"]["headers"][1]["name"], ":method");
-        assert!(policy(5).contains(",reset,") && policy(5).contains("retriable-status-codes"), "reads retry a reset and a 429");
-        assert_eq!(r[u + m + 5]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
-        assert_eq!(policy(7), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
-        assert!(r[u + m + 7]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
+        assert_eq!(r[u + m + 4]["match"]["headers"][1]["name"], ":method");
+        assert!(policy(4).contains(",reset,") && policy(4).contains("retriable-status-codes"), "reads retry a reset and a 429");
+        assert_eq!(r[u + m + 4]["route"]["retry_policy"]["retriable_status_codes"], serde_json::json!([429]));
+        assert_eq!(policy(5), "connect-failure,refused-stream,reset-before-request", "writes only what never reached a server");
+        assert!(r[u + m + 5]["match"]["headers"].as_array().unwrap().iter().all(|h| h["name"] != ":method"));
         let two = hosts_regex(2);
         let re = regex_lite(&two);
         assert!(re("127.0.0.1:1,127.0.0.1:2") && !re("127.0.0.1:1") && !re("a,b,c"));
     }
 
     /// Every route times out but for long-running requests (the filter's
-    /// mark lifts it); only reads that are not long-running have the idle
-    /// bound, so a quiet watch is never cut; writes never.
+    /// mark lifts it); only the merged documents' reads have the idle bound
+    /// — a slow LIST, a client that stops reading, a profile are never cut
+    /// or re-sent by it.
     #[test]
-    fn only_reads_that_are_not_long_running_have_the_idle_bound() {
+    fn only_merged_documents_have_the_idle_bound() {
         let r = routes(None, false, true, &t());
         for route in r.iter().filter(|r| r.get("route").is_some()) {
-            let headers = route["match"]["headers"].as_array().cloned().unwrap_or_default();
             let idle = &route["route"]["retry_policy"]["per_try_idle_timeout"];
-            let unmarked = headers.iter().any(|h| h["name"] == UPSTREAM_TIMEOUT && h["present_match"] == false);
-            let read = headers.iter().any(|h| h["name"] == ":method");
             let merged = route["match"].get("path").is_some();
             assert_eq!(route["route"]["timeout"], "70.000s", "{route}");
-            assert_eq!(*idle == "20.000s", merged || (read && unmarked), "{route}");
+            assert_eq!(*idle == "20.000s", merged, "{route}");
         }
-        // Without an idle bound: no split.
         let none = routes(None, false, true, &Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::ZERO));
-        assert_eq!(none.len(), 3 + MERGED_PATHS.len() + 3 * (MAX_LISTED_APISERVERS + 1));
+        assert!(none.iter().all(|r| r["route"]["retry_policy"]["per_try_idle_timeout"].is_null()));
     }
 
     /// Only upgrade requests go to the HTTP/1.1 twins, before any other
@@ -325,7 +325,7 @@ mod tests {
     #[test]
     fn the_native_build_has_no_per_list_routes() {
         let r = routes(None, false, false, &t());
-        assert_eq!(r.len(), 3 + MERGED_PATHS.len() + 4);
+        assert_eq!(r.len(), 3 + MERGED_PATHS.len() + 3);
         assert!(r.iter().all(|route| route["match"]["headers"].as_array().is_none_or(|h| h.iter().all(|h| h["name"] != ROUTE || route.get("direct_response").is_some()))));
     }
 

@@ -57,13 +57,34 @@ pub struct ClusterOptions {
     /// Plaintext apiservers take HTTP/2 with prior knowledge
     /// (`serve --apiserver-h2c`); HTTP/1.1 otherwise.
     pub plaintext_h2c: bool,
+    /// How long an HTTP/2 PING may go unanswered before the connection is
+    /// closed ([`PING_INTERVAL`]); zero: no PINGs.
+    pub ping_timeout: std::time::Duration,
 }
+
+/// How often Envoy PINGs each HTTP/2 apiserver connection. A hung apiserver
+/// — a stopped process, a lost network — answers none, and after
+/// `serve --apiserver-ping-timeout` its connection is closed: the reads in
+/// flight on it that have no answer yet are retried on another apiserver
+/// that serves them (`retry_on: reset`), its watches end and are made
+/// again. A slow apiserver answers a PING at once (Go's HTTP/2 server does
+/// it in its read loop, whatever its handlers do), so a slow LIST is never
+/// moved — which is what the per-read idle timeout did (a LIST waiting on
+/// a slow etcd re-sent to every apiserver, then a 504). 1 s: kube's
+/// client-go PINGs after 30 s of silence and waits 15; the front door's
+/// point is to move reads off a hung server in seconds, at one 17-byte
+/// frame per second per connection.
+pub const PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Who the requestheader cluster's health checks authenticate as.
 pub const HEALTH_CHECK_USER: &str = "system:mvp-envoy:health-check";
 
 fn secs(s: i64) -> Option<Duration> {
     Some(Duration { seconds: s, nanos: 0 })
+}
+
+fn duration(d: std::time::Duration) -> Duration {
+    Duration { seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX), nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0) }
 }
 
 fn u32v(v: u32) -> Option<UInt32Value> {
@@ -129,13 +150,18 @@ pub fn clusters(o: &ClusterOptions) -> Vec<cluster::Cluster> {
 }
 
 /// How the cluster speaks HTTP: [`Http`].
-fn protocol_options(http: Http, tls: bool, h2c: bool, max_streams: u32) -> http_options::HttpProtocolOptions {
+fn protocol_options(http: Http, tls: bool, h2c: bool, max_streams: u32, ping_timeout: std::time::Duration) -> http_options::HttpProtocolOptions {
     use http_options::http_protocol_options::{AutoHttpConfig, ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig};
     let http2 = core::Http2ProtocolOptions {
         max_concurrent_streams: u32v(max_streams),
         initial_stream_window_size: u32v(UPSTREAM_STREAM_WINDOW_BYTES),
         // At most 2^31-1 (the flag's range keeps it there).
         initial_connection_window_size: u32v(max_streams.saturating_mul(UPSTREAM_STREAM_WINDOW_BYTES).min(i32::MAX as u32)),
+        connection_keepalive: (!ping_timeout.is_zero()).then(|| core::KeepaliveSettings {
+            interval: Some(duration(PING_INTERVAL)),
+            timeout: Some(duration(ping_timeout)),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let http1 = || UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
@@ -161,7 +187,7 @@ fn protocol_options(http: Http, tls: bool, h2c: bool, max_streams: u32) -> http_
 fn apiserver_cluster(o: &ClusterOptions, name: &str, proxy_certificate: bool, http: Http) -> cluster::Cluster {
     let typed_extension_protocol_options = HashMap::from([(
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
-        pack_any(protocol_options(http, o.peer_tls.is_some(), o.plaintext_h2c, o.http2_max_streams.unwrap_or(APISERVER_HTTP2_MAX_STREAMS))),
+        pack_any(protocol_options(http, o.peer_tls.is_some(), o.plaintext_h2c, o.http2_max_streams.unwrap_or(APISERVER_HTTP2_MAX_STREAMS), o.ping_timeout)),
     )]);
     let metadata = (!o.tls_files_digest.is_empty()).then(|| core::Metadata {
         filter_metadata: HashMap::from([(
@@ -377,6 +403,23 @@ mod tests {
         with_tls.peer_tls.as_mut().unwrap().client = Some((dir.join("c"), dir.join("k"), identity));
         let names: Vec<String> = clusters(&with_tls).into_iter().map(|c| c.name).collect();
         assert_eq!(names, [APISERVERS_CLUSTER, APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER]);
+    }
+
+    /// Each HTTP/2 apiserver connection is PINGed every second and closed
+    /// when one goes unanswered for the timeout (a hung apiserver); none
+    /// with a zero timeout, none on the HTTP/1.1 twins.
+    #[test]
+    fn http2_connections_are_pinged() {
+        use http_options::http_protocol_options::{UpstreamProtocolOptions as U, explicit_http_config::ProtocolConfig as P};
+        let c = clusters(&ClusterOptions { plaintext_h2c: true, ping_timeout: std::time::Duration::from_secs(5), ..Default::default() });
+        let U::ExplicitHttpConfig(e) = protocol(&c[0]) else { panic!() };
+        let Some(P::Http2ProtocolOptions(h2)) = e.protocol_config else { panic!() };
+        let k = h2.connection_keepalive.unwrap();
+        assert_eq!((k.interval, k.timeout), (secs(1), secs(5)));
+        let off = clusters(&ClusterOptions { plaintext_h2c: true, ..Default::default() });
+        let U::ExplicitHttpConfig(e) = protocol(&off[0]) else { panic!() };
+        let Some(P::Http2ProtocolOptions(h2)) = e.protocol_config else { panic!() };
+        assert!(h2.connection_keepalive.is_none());
     }
 
     #[test]

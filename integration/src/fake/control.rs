@@ -62,6 +62,7 @@ pub(super) async fn stats(State(s): State<FakeState>) -> Response {
             "connectionsAccepted": st.connections_accepted.load(Ordering::Relaxed),
             "connectionsOpen": st.connections_open.load(Ordering::Relaxed),
             "watchEvents": st.watch_events.load(Ordering::Relaxed),
+            "profileRequests": st.profile_requests.load(Ordering::Relaxed),
         }),
     )
 }

@@ -115,6 +115,11 @@ pub(super) async fn resource(
     let Some(found) = docs.resources.get(&key) else {
         return not_found();
     };
+    // `?delay_ms=N`: the answer starts N ms late — a LIST that waits on a
+    // slow etcd, or in priority and fairness's queue.
+    if let Some(ms) = query.split('&').find_map(|kv| kv.strip_prefix("delay_ms=")?.parse::<u64>().ok()) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms.min(600_000))).await;
+    }
     let kind = &found.kind;
     if !p.subresource.is_empty() && !found.subresources.contains(p.subresource) {
         return not_found();

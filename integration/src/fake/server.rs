@@ -81,6 +81,14 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
         std::future::pending::<()>().await;
     }
     let trimmed = path.trim_end_matches('/');
+    if path.starts_with("/debug/pprof/") {
+        // A CPU profile: it takes `seconds` (kube-apiserver's
+        // `--profiling`), then answers.
+        s.stats.profile_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seconds = query.split('&').find_map(|kv| kv.strip_prefix("seconds=")?.parse::<u64>().ok()).unwrap_or(30).min(600);
+        tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+        return ([(header::CONTENT_TYPE, "application/octet-stream")], format!("profile of {} over {seconds} s", s.name)).into_response();
+    }
     match trimmed {
         "/healthz" | "/readyz" | "/livez" => return "ok".into_response(),
         "/version" => {

@@ -93,6 +93,8 @@ pub struct Stats {
     pub connections_open: AtomicU64,
     /// Events sent on held watches (`?events_every_ms=N`).
     pub watch_events: AtomicU64,
+    /// Profiler requests (`/debug/pprof/…`).
+    pub profile_requests: AtomicU64,
 }
 
 impl FakeState {
