@@ -11,6 +11,9 @@ use std::time::Instant;
 use integration::harness::watches::{Held, Rewatching, broken, errors, h2c, hold_watches, kubelet_watches, live, nodes_rewatching, rewatch};
 use integration::harness::{FrontDoor, Options, three_fakes};
 
+/// Streams kube-apiserver (and the fakes) take on one HTTP/2 connection.
+const KUBE_STREAMS: usize = mvp_ext_proc::xds::APISERVER_HTTP2_MAX_STREAMS as usize;
+
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -97,9 +100,9 @@ async fn many_nodes_hold_their_watches_on_few_apiserver_connections() {
     // routing filter's state is small, and ext_proc is created only for the
     // merged documents (before, for every request: ~1.3×).
     assert!(per_10k(&mvp_cost) <= 1.2 * per_10k(&plain_cost), "front door memory per watch {:.0} vs plain {:.0} MiB per 10k", per_10k(&mvp_cost), per_10k(&plain_cost));
-    // Per apiserver one connection per Envoy worker, and one more per 1,000
+    // Per apiserver one connection per Envoy worker, and one more per 100
     // streams (kube's per-connection bound) past that.
-    let (fakes, more) = (door.fakes.len() as u64, watches.div_ceil(1000) as u64);
+    let (fakes, more) = (door.fakes.len() as u64, watches.div_ceil(KUBE_STREAMS) as u64);
     assert!(mvp_cost.apiserver_connections <= 2 * fakes + more, "front door: {} apiserver connections for {watches} watches", mvp_cost.apiserver_connections);
     assert!(plain_cost.apiserver_connections <= fakes + more, "plain door: {} apiserver connections", plain_cost.apiserver_connections);
 }
@@ -257,11 +260,11 @@ async fn over_tls_a_storm_costs_the_apiservers_a_handshake_per_pool_connection()
         w.end().await;
     }
     // Per apiserver: the watches' pool (one connection per worker, one
-    // more per 1,000 streams), and one health-check connection per cluster
+    // more per 100 streams), and one health-check connection per cluster
     // that checks it (over TLS four: the plain and the requestheader
     // clusters and their HTTP/1.1 twins), whatever the number of nodes.
     let fakes = s.door.fakes.len() as u64;
-    let pool = fakes * (1 + total.div_ceil(1000) as u64);
+    let pool = fakes * (1 + total.div_ceil(KUBE_STREAMS) as u64);
     let health_checks = 4 * fakes;
     assert!(restart.0 >= nodes as u64, "every node handshakes with the restarted Envoy: {restart:?}");
     assert!(restart.1 <= pool + health_checks, "an Envoy restart cost the apiservers {} connections", restart.1);

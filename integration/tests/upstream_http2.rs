@@ -29,9 +29,10 @@ async fn apiserver_connections(door: &FrontDoor) -> u64 {
 const LONG_WATCH: &str = "/api/v1/namespaces/default/pods?watch=1&bookmarks=300";
 
 /// 100 watches on one client HTTP/2 connection, and 20 more on HTTP/1.1
-/// client connections of their own: the apiserver gets at most one new
-/// connection per Envoy worker (2 here) for all of them, where it got one
-/// per watch before (120).
+/// client connections of their own: the apiserver gets one connection per
+/// Envoy worker (2 here) and one more per 100 streams (kube-apiserver's
+/// bound per connection) — at most 3 for all of them, where it got one per
+/// watch before (120).
 #[tokio::test]
 async fn a_hundred_multiplexed_watches_cost_the_apiserver_one_connection_per_worker() {
     let door = FrontDoor::start(&[FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
@@ -43,7 +44,7 @@ async fn a_hundred_multiplexed_watches_cost_the_apiserver_one_connection_per_wor
     let h1_watches = hold_watches(&h1, &door.url(LONG_WATCH), 20).await;
     assert_eq!(h1_watches.failed(), Vec::<u16>::new());
     let during = apiserver_connections(&door).await;
-    assert!(during <= before + 2, "120 watches took {} apiserver connections (before: {before}, workers: 2)", during - before);
+    assert!(during <= before + 3, "120 watches took {} apiserver connections (before: {before}, workers: 2, 100 streams each)", during - before);
     assert!(door.envoy_stat("cluster.apiservers.upstream_cx_http2_total").await.unwrap_or(0) >= 1);
     watches.end().await;
     h1_watches.end().await;

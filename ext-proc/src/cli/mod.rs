@@ -200,10 +200,11 @@ struct ServeArgs {
     max_held_table_calls: usize,
     /// Streams Envoy opens at most on one HTTP/2 connection to an apiserver:
     /// the apiservers' `--http2-max-streams-per-connection` (kube's default
-    /// 1000). Envoy follows a lower value a server announces on a connection,
-    /// but fills a new connection by this bound before the server's SETTINGS
-    /// arrive: set it when that flag is lowered on the apiservers, or the
-    /// streams past it are refused (and retried on another apiserver only).
+    /// 100 since 1.29; 250 before). Envoy follows a lower value a server
+    /// announces on a connection, but fills a new connection by this bound
+    /// before the server's SETTINGS arrive: set it when that flag is lowered
+    /// on the apiservers — or raise both together — or the streams past it
+    /// are refused (and retried on another apiserver only).
     #[arg(long, default_value_t = crate::xds::APISERVER_HTTP2_MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..=32768))]
     apiserver_http2_max_streams_per_connection: u32,
     /// The http:// apiservers take HTTP/2 with prior knowledge (h2c), so

@@ -23,8 +23,11 @@ use serde_json::{Value, json};
 /// (`RETRY_BODY_BUFFER_BYTES`, on the route).
 pub const CONNECTION_BUFFER_BYTES: u32 = 32 << 10;
 
-/// Concurrent streams per client HTTP/2 connection: kube-apiserver's own
-/// default, so a client that works directly works through the front door.
+/// Concurrent streams per client HTTP/2 connection: more than
+/// kube-apiserver's own (100; 250 before 1.29), so a client that works
+/// directly works through the front door — a kubelet's hundreds of watches
+/// fit one connection (the door spreads them over its apiserver
+/// connections, `xds::clusters::APISERVER_HTTP2_MAX_STREAMS` each).
 pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
 
 /// HTTP/2 flow-control windows (the page's): per stream 64 KiB, per

@@ -37,7 +37,7 @@ use envoy_types::util::pack_any;
 use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, http1_twin};
 use mvp_contract::headers::ROUTE;
 
-use crate::envoy_config::edge::{MAX_CONCURRENT_STREAMS, STREAM_WINDOW_BYTES};
+use crate::envoy_config::edge::STREAM_WINDOW_BYTES;
 use crate::tls::PeerTls;
 
 /// What the clusters are made of: the same flags `mvp-ext-proc serve` uses
@@ -117,13 +117,16 @@ enum Http {
 }
 
 /// Streams Envoy puts on one apiserver connection at most, by default:
-/// kube-apiserver's own default (`--http2-max-streams-per-connection`). A
-/// server that allows fewer says so in its SETTINGS and Envoy follows it on
-/// that connection — but Envoy 1.40 fills each new connection by this bound
-/// before the SETTINGS arrive (measured: a server allowing 10 refused 80 of
-/// 100 watches), so a lowered server flag needs this one lowered too
-/// (`serve --apiserver-http2-max-streams-per-connection`).
-pub const APISERVER_HTTP2_MAX_STREAMS: u32 = MAX_CONCURRENT_STREAMS;
+/// kube-apiserver's own default (`--http2-max-streams-per-connection` unset:
+/// 100 since its HTTP/2 rapid-reset fix, 1.29 on; 250 before — read off real
+/// v1.37, v1.34 and v1.20 servers' SETTINGS). A server that allows fewer
+/// says so in its SETTINGS and Envoy follows it on that connection — but
+/// Envoy 1.40 fills each new connection by this bound before the SETTINGS
+/// arrive, so a server flag below it needs this one lowered too (`serve
+/// --apiserver-http2-max-streams-per-connection`). It was 1000 here, taken
+/// for kube's default: 990 watches at once against a real v1.37 got 78
+/// `REFUSED_STREAM`s, answered 503.
+pub const APISERVER_HTTP2_MAX_STREAMS: u32 = 100;
 
 /// The apiserver connection's flow-control windows. Per stream the client
 /// side's (a bigger one would only hold more in Envoy for a client that
@@ -378,9 +381,9 @@ mod tests {
         assert_eq!(plain.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), [APISERVERS_CLUSTER, APISERVERS_HTTP1_CLUSTER]);
         let U::ExplicitHttpConfig(e) = protocol(&plain[0]) else { panic!("plaintext: prior knowledge") };
         let Some(P::Http2ProtocolOptions(h2)) = e.protocol_config else { panic!("HTTP/2") };
-        assert_eq!(h2.max_concurrent_streams, u32v(1000));
+        assert_eq!(h2.max_concurrent_streams, u32v(100));
         assert_eq!(h2.initial_stream_window_size, u32v(64 << 10));
-        assert_eq!(h2.initial_connection_window_size.unwrap().value, 1000 * (64 << 10), "every stream's window at once");
+        assert_eq!(h2.initial_connection_window_size.unwrap().value, 100 * (64 << 10), "every stream's window at once");
         let lowered = clusters(&ClusterOptions { http2_max_streams: Some(10), plaintext_h2c: true, ..Default::default() });
         let U::ExplicitHttpConfig(e) = protocol(&lowered[0]) else { panic!() };
         let Some(P::Http2ProtocolOptions(low)) = e.protocol_config else { panic!() };

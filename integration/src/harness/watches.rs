@@ -18,6 +18,8 @@ pub struct Held {
     pub statuses: Vec<u16>,
     /// Bytes read after each watch's first event, all watches together.
     pub received: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Watches whose stream ended (or broke) while held.
+    pub ended: std::sync::Arc<std::sync::atomic::AtomicU64>,
     release: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -64,10 +66,11 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
     let (release, released) = watch::channel(false);
     let (tx, mut rx) = tokio::sync::mpsc::channel(n.max(1));
     let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let tasks = (0..n)
         .map(|_| {
             let (client, url, tx, mut released) = (client.clone(), url.to_string(), tx.clone(), released.clone());
-            let received = received.clone();
+            let (received, ended) = (received.clone(), ended.clone());
             tokio::spawn(async move {
                 let first = tokio::time::timeout(Duration::from_secs(15), async {
                     let mut resp = client.get(&url).send().await.ok()?;
@@ -88,6 +91,7 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
                         while let Ok(Some(bytes)) = resp.chunk().await {
                             received.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
                         }
+                        ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     std::future::pending::<()>().await;
                 };
@@ -102,7 +106,7 @@ pub async fn hold_watches(client: &reqwest::Client, url: &str, n: usize) -> Held
     for _ in 0..n {
         statuses.push(rx.recv().await.unwrap_or(0));
     }
-    Held { statuses, received, release, tasks }
+    Held { statuses, received, ended, release, tasks }
 }
 
 /// The ESTABLISHED rows of /proc/net/tcp and tcp6, split into fields
