@@ -20,6 +20,7 @@ mod backend;
 pub mod discovery;
 mod instructions;
 pub mod kube_mvp;
+pub mod latency;
 pub mod load;
 mod order;
 mod paired;
@@ -96,6 +97,8 @@ pub struct Results {
     pub scale: Option<scale::Scale>,
     /// Kube's own MVP beside the front door ([`kube_mvp`]).
     pub kube_mvp: Option<kube_mvp::KubeMvp>,
+    /// What the door adds over a real kube-apiserver directly ([`latency`]).
+    pub added_latency: Option<latency::AddedLatency>,
     pub targets: Vec<(String, bool, String)>,
 }
 
@@ -344,6 +347,10 @@ pub async fn run(settings: Settings) -> Result<Results> {
         Some(plan) => Some(kube_mvp::run(plan).await.context("the kube-mvp part")?),
         None => None,
     };
+    let added_latency = match &settings.latency {
+        Some(plan) => Some(latency::run(plan).await.context("the latency part")?),
+        None => None,
+    };
 
     let (mut apis, mut crd_heavy_out) = (None, CrdHeavy::default());
     if settings.discovery {
@@ -390,6 +397,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         counted_ratios: BTreeMap::new(),
         scale,
         kube_mvp,
+        added_latency,
         targets: vec![],
     };
     results.variants.sort_by_key(|v| v.number);

@@ -249,6 +249,9 @@ pub fn render_table(r: &Results) -> String {
     if let Some(scale) = &r.scale {
         out.push_str(&super::scale::render(scale));
     }
+    if let Some(l) = &r.added_latency {
+        out.push_str(&super::latency::render(l));
+    }
     if let Some(k) = &r.kube_mvp {
         out.push_str(&super::kube_mvp::render(k));
     }

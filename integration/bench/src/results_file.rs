@@ -16,6 +16,7 @@ pub fn sections(part: &str) -> &'static [&'static str] {
         "instructions" => &["instructions", "counted_ratios"],
         "scale" => &["scale"],
         "kube-mvp" => &["kube_mvp"],
+        "latency" => &["added_latency"],
         _ => &[],
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{instructions, kube_mvp, scale, scale_counted, scale_real, scale_storm};
+use super::{instructions, kube_mvp, latency, scale, scale_counted, scale_real, scale_storm};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -45,6 +45,8 @@ pub struct Settings {
     pub scale: Option<scale::Plan>,
     /// Kube's own MVP beside the front door ([`kube_mvp`]).
     pub kube_mvp: Option<kube_mvp::Plan>,
+    /// What the door adds over a real kube-apiserver directly ([`latency`]).
+    pub latency: Option<latency::Plan>,
 }
 
 impl Settings {
@@ -98,6 +100,7 @@ impl Settings {
                 storm: Some(scale_storm::Plan { nodes: 300, watches_per_node: 20, doors: vec![] }),
             }),
             kube_mvp: Some(kube_mvp::Plan { requests: 200, rounds: 6 }),
+            latency: Some(latency::Plan { rate: 200, window: Duration::from_secs(5), rounds: 8 }),
         }
     }
 
@@ -145,6 +148,7 @@ impl Settings {
                 storm: Some(scale_storm::Plan { nodes: 6, watches_per_node: 5, doors: vec![] }),
             }),
             kube_mvp: Some(kube_mvp::Plan { requests: 5, rounds: 1 }),
+            latency: Some(latency::Plan { rate: 20, window: Duration::from_secs(1), rounds: 2 }),
         }
     }
 }

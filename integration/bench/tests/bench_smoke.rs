@@ -152,6 +152,16 @@ fn every_variant_produces_numbers() {
         assert!(d["cpu_ms_per_request"].as_object().unwrap().contains_key("kas-b"), "{k}: {d}");
     }
     assert_eq!(kube["ratios"].as_object().map(|m| m.len()), Some(3), "{kube}");
+    // What the door adds over a real kube-apiserver: both doors and paths
+    // answered 200, and the added figures per path.
+    let added = &r["added_latency"];
+    let cells = added["cells"].as_object().unwrap();
+    assert_eq!(cells.len(), 4, "{added}");
+    for (k, c) in cells {
+        assert_eq!(c["statuses"].as_object().map(|s| s.keys().cloned().collect::<Vec<_>>()), Some(vec!["200".to_string()]), "{k}: {c}");
+        assert!(c["latency"]["p50_ms"].as_f64().unwrap() > 0.0, "{k}: {c}");
+    }
+    assert_eq!(added["added_ms"].as_object().map(|m| m.len()), Some(6), "{added}");
     assert_eq!(r["targets"].as_array().unwrap().len(), 13);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);

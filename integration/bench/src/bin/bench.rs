@@ -18,9 +18,10 @@ struct Args {
     /// long-polling and polling refreshers on the same changes),
     /// `discovery` (the `/apis` cases), `instructions` (instructions per
     /// request under callgrind), `scale` (many nodes' watches through five
-    /// doors) or `kube-mvp` (kube's own MVP beside the front door, real
-    /// kube-apiservers). BENCHMARKS.md holds full runs.
-    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions", "scale", "kube-mvp"])]
+    /// doors), `kube-mvp` (kube's own MVP beside the front door, real
+    /// kube-apiservers) or `latency` (what the door adds over a real
+    /// kube-apiserver directly). BENCHMARKS.md holds full runs.
+    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions", "scale", "kube-mvp", "latency"])]
     only: Option<String>,
     /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
     #[arg(long)]
@@ -56,12 +57,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
     match args.only.as_deref() {
-        Some("front-door") => (settings.discovery, settings.count, settings.scale, settings.kube_mvp) = (false, None, None, None),
-        Some("propagation") => (settings.discovery, settings.count, settings.variants, settings.scale, settings.kube_mvp) = (false, None, false, None, None),
-        Some("discovery") => (settings.front_door, settings.count, settings.scale, settings.kube_mvp) = (false, None, None, None),
-        Some("instructions") => (settings.front_door, settings.discovery, settings.scale, settings.kube_mvp) = (false, false, None, None),
-        Some("scale") => (settings.front_door, settings.discovery, settings.count, settings.kube_mvp) = (false, false, None, None),
-        Some("kube-mvp") => (settings.front_door, settings.discovery, settings.count, settings.scale) = (false, false, None, None),
+        Some("front-door") => (settings.discovery, settings.count, settings.scale, settings.kube_mvp, settings.latency) = (false, None, None, None, None),
+        Some("propagation") => (settings.discovery, settings.count, settings.variants, settings.scale, settings.kube_mvp, settings.latency) = (false, None, false, None, None, None),
+        Some("discovery") => (settings.front_door, settings.count, settings.scale, settings.kube_mvp, settings.latency) = (false, None, None, None, None),
+        Some("instructions") => (settings.front_door, settings.discovery, settings.scale, settings.kube_mvp, settings.latency) = (false, false, None, None, None),
+        Some("scale") => (settings.front_door, settings.discovery, settings.count, settings.kube_mvp, settings.latency) = (false, false, None, None, None),
+        Some("kube-mvp") => (settings.front_door, settings.discovery, settings.count, settings.scale, settings.latency) = (false, false, None, None, None),
+        Some("latency") => (settings.front_door, settings.discovery, settings.count, settings.scale, settings.kube_mvp) = (false, false, None, None, None),
         _ => {}
     }
     if let Some(n) = args.crd_heavy_requests {
