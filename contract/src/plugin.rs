@@ -37,11 +37,6 @@ pub struct RouterConfig {
     /// 503 at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<HoldConfig>,
-    /// The native build: a pinned request's retry count is chosen through
-    /// the routes' cluster specifier (a named route action override each)
-    /// instead of the `x-envoy-max-retries` header.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub retries_by_route_override: bool,
 }
 
 /// Where a held request asks for a newer table (the refresher's
@@ -100,7 +95,7 @@ pub struct RefresherConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, hold: None, retries_by_route_override: false }
+        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, hold: None }
     }
 }
 
@@ -217,7 +212,7 @@ mod tests {
     fn parses_both_roles_and_rejects_bad_config() {
         assert_eq!(
             PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
-            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, hold: None, retries_by_route_override: false })
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, hold: None })
         );
         let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
         assert_eq!(

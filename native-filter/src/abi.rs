@@ -102,9 +102,6 @@ unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_http_set_header(filter: EnvoyPtr, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_add_header(filter: EnvoyPtr, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter: EnvoyPtr);
-    pub fn envoy_dynamic_module_callback_http_clear_route_cluster_cache(filter: EnvoyPtr);
-    pub fn envoy_dynamic_module_callback_cluster_specifier_set_cluster_name(context: EnvoyPtr, name: ModuleBuffer);
-    pub fn envoy_dynamic_module_callback_cluster_specifier_set_route_action_override(context: EnvoyPtr, name: ModuleBuffer) -> bool;
     // Envoy's local reply (the mapper applies). Earlier ABIs took the body
     // as (ptr, length) and no details: the same registers for the body.
     pub fn envoy_dynamic_module_callback_http_send_response(

@@ -298,27 +298,3 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_lb_destroy(module: ModulePtr) {
 /// Hosts are looked up by address on every choice: nothing to update.
 #[unsafe(no_mangle)]
 pub extern "C" fn envoy_dynamic_module_on_lb_on_host_membership_update(_lb: EnvoyPtr, _module: ModulePtr, _added: usize, _removed: usize) {}
-
-// ------------------------------------------------- route cluster specifier
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_cluster_specifier_config_new(_envoy: EnvoyPtr, _name: EnvoyBuffer, config: EnvoyBuffer) -> ModulePtr {
-    guard(std::ptr::null(), || boxed("cluster specifier", crate::retries::Specifier::new(unsafe { bytes(config) })))
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_cluster_specifier_config_destroy(config: ModulePtr) {
-    guard((), || {
-        if !config.is_null() {
-            drop(unsafe { Box::from_raw(config as *mut crate::retries::Specifier) });
-        }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn envoy_dynamic_module_on_cluster_specifier_select(config: ModulePtr, context: EnvoyPtr) -> bool {
-    guard(false, || match unsafe { (config as *const crate::retries::Specifier).as_ref() } {
-        Some(s) => s.select(context),
-        None => false,
-    })
-}

@@ -77,9 +77,7 @@ impl FilterConfig {
     }
 
     fn host<'a>(&'a self, filter: EnvoyPtr) -> NativeHost<'a> {
-        let mut host = NativeHost::new(Target::Request { filter, counters: &self.counters, log_listed: self.router.export_route_key });
-        host.retries_by_route_override = self.router.retries_by_route_override;
-        host
+        NativeHost::new(Target::Request { filter, counters: &self.counters, log_listed: self.router.export_route_key })
     }
 
     /// A request's headers: route it, then have Envoy match the route

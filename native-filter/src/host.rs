@@ -57,14 +57,11 @@ pub struct NativeHost<'a> {
     pub(crate) holding: bool,
     /// The route's answer was the 503 Status (which of the two).
     pub(crate) unavailable: Cell<Option<&'static str>>,
-    /// A pinned request's retry count goes through the routes' cluster
-    /// specifier (`retries.rs`), not a header.
-    pub(crate) retries_by_route_override: bool,
 }
 
 impl<'a> NativeHost<'a> {
     pub fn new(target: Target<'a>) -> NativeHost<'a> {
-        NativeHost { target, rematch: Cell::new(false), holding: false, unavailable: Cell::new(None), retries_by_route_override: false }
+        NativeHost { target, rematch: Cell::new(false), holding: false, unavailable: Cell::new(None) }
     }
 
     pub fn set_holding(&mut self, holding: bool) {

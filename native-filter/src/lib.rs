@@ -28,4 +28,3 @@ mod lb;
 mod pin;
 mod process;
 mod refresher;
-mod retries;

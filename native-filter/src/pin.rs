@@ -80,12 +80,7 @@ impl NativeHost<'_> {
             self.set_property(LISTED_PROPERTY, hosts.as_bytes())?;
         }
         if let Some(retries) = retries_header(hosts) {
-            if self.retries_by_route_override {
-                let n = hosts.bytes().filter(|b| *b == b',').count().min(MAX_LISTED_APISERVERS - 1);
-                crate::retries::choose(filter, n);
-            } else {
-                self.append_header(MAX_RETRIES, retries)?;
-            }
+            self.append_header(MAX_RETRIES, retries)?;
         }
         Ok(true)
     }

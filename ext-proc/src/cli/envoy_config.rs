@@ -104,11 +104,6 @@ pub(super) struct EnvoyConfigArgs {
     /// through such a balancer.
     #[arg(long)]
     proxy_protocol: bool,
-    /// The native build chooses a pinned request's retry count through the
-    /// routes' cluster specifier instead of a header (an experiment, counted
-    /// in BENCHMARKS.md).
-    #[arg(long, hide = true)]
-    retries_by_cluster_specifier: bool,
     /// Serving certificate of the front door; with --tls-private-key-file,
     /// clients connect over TLS (HTTP/2 and HTTP/1.1).
     #[arg(long, value_name = "FILE")]
@@ -264,7 +259,6 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         hold_max_per_client: a.hold_max_per_client,
         hold_max_body_bytes: a.hold_max_body_bytes,
         proxy_protocol: a.proxy_protocol,
-        retries_by_cluster_specifier: a.retries_by_cluster_specifier,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
         request_headers_timeout: a.request_headers_timeout,

@@ -189,7 +189,6 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
             max_held_body_bytes: o.hold_max_body_bytes,
             ..HoldConfig::default()
         }),
-        retries_by_route_override: o.retries_by_cluster_specifier && matches!(o.filter, FilterBuild::Native(_)),
         ..RouterConfig::default()
     });
     let fallback = (o.ext_proc.len() > 1).then(|| ext_proc_fallback(o));

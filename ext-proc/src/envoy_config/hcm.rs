@@ -167,16 +167,6 @@ fn access_log(o: &EnvoyConfigOptions) -> Value {
 }
 
 pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
-    let route_list = routes::routes(
-        forwards_identity.then(|| o.requestheader.username_header()),
-        o.ext_proc.len() > 1,
-        matches!(o.filter, FilterBuild::Wasm(_)),
-        &routes::Timeouts::new(o.request_timeout, o.read_idle_timeout),
-    );
-    let route_list = match (&o.filter, o.retries_by_cluster_specifier) {
-        (FilterBuild::Native(module), true) => super::cluster_specifier::by_module(route_list, module),
-        _ => route_list,
-    };
     let mut hcm = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "apiserver_front_door",
@@ -201,7 +191,12 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
             "virtual_hosts": [{
                 "name": "apiservers",
                 "domains": ["*"],
-                "routes": route_list,
+                "routes": routes::routes(
+                    forwards_identity.then(|| o.requestheader.username_header()),
+                    o.ext_proc.len() > 1,
+                    matches!(o.filter, FilterBuild::Wasm(_)),
+                    &routes::Timeouts::new(o.request_timeout, o.read_idle_timeout),
+                ),
                 // Enough of a body to resend anything kube would accept to
                 // another apiserver when the first cannot be reached.
                 "request_body_buffer_limit": RETRY_BODY_BUFFER_BYTES,

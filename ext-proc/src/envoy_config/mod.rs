@@ -20,7 +20,6 @@
 //!   never past it ([`routes`]).
 
 mod static_cluster;
-mod cluster_specifier;
 pub mod control_tls;
 pub mod edge;
 pub mod filter_choice;
@@ -62,9 +61,6 @@ pub struct EnvoyConfigOptions {
     pub hold_max_body_bytes: u64,
     /// The listener takes the PROXY protocol ([`listener`]).
     pub proxy_protocol: bool,
-    /// The native build chooses a pinned request's retry count through the
-    /// routes' cluster specifier ([`cluster_specifier`]; an experiment).
-    pub retries_by_cluster_specifier: bool,
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
     pub ext_proc_message_timeout: Duration,

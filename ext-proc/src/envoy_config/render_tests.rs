@@ -16,7 +16,6 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         hold_max_per_client: mvp_contract::limits::DEFAULT_MAX_HELD_PER_CLIENT,
         hold_max_body_bytes: mvp_contract::limits::DEFAULT_MAX_HELD_BODY_BYTES,
         proxy_protocol: false,
-        retries_by_cluster_specifier: false,
         ext_proc_message_timeout: Duration::from_secs(1),
         front_tls: None,
         peer_tls: None,

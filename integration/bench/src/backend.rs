@@ -108,9 +108,6 @@ impl Backend {
     pub fn render(&self, listen: u16, admin: u16, filter: FilterBuild) -> Result<Value> {
         let mut t = self.front(listen, admin);
         t.filter = filter;
-        if std::env::var_os("MVP_BENCH_RETRIES_BY_CLUSTER_SPECIFIER").is_some() && t.filter == FilterBuild::Native {
-            t.envoy_config_extra.push("--retries-by-cluster-specifier".into());
-        }
         Ok(serde_yaml_ng::from_str(&t.render_envoy_config()?)?)
     }
 
