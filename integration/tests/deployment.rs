@@ -47,7 +47,7 @@ fn rendering_args(apiservers: &BTreeMap<String, String>, grpc_port: &str, front:
     for (name, url) in apiservers {
         args.extend(["--apiserver".into(), format!("{name}={url}")]);
     }
-    for flag in ["listen", "admin", "wasm", "native-module", "envoy-version"] {
+    for flag in ["listen", "admin", "wasm", "native-module", "envoy-version", "cgroup-memory-monitor"] {
         args.extend([format!("--{flag}"), front[flag].as_str().unwrap().to_string()]);
     }
     args.extend(["--ext-proc".into(), format!("ext-proc:{grpc_port}")]);
@@ -117,12 +117,13 @@ fn compose_topology_matches_the_rendered_envoy_config() {
     assert!(yaml.contains("DynamicModuleFilter") && !yaml.contains("filters.http.wasm.v3.Wasm"), "the compose front door does not run the native build");
 }
 
-/// The Envoy release the Dockerfile's envoy image runs (`FROM
-/// envoyproxy/envoy:vX.Y.Z AS envoy`).
+/// The Envoy release the Dockerfile's envoy image runs by default (`ARG
+/// ENVOY_IMAGE=envoyproxy/envoy:vX.Y.Z`, the base of its `envoy` target).
 fn dockerfile_envoy_release() -> String {
     let dockerfile = std::fs::read_to_string(workspace_root().join("Dockerfile")).unwrap();
-    let from = dockerfile.lines().find(|l| l.starts_with("FROM envoyproxy/envoy:v")).expect("the Dockerfile's envoy image");
-    from.trim_start_matches("FROM envoyproxy/envoy:v").split_whitespace().next().unwrap().to_string()
+    let from = dockerfile.lines().find(|l| l.starts_with("ARG ENVOY_IMAGE=envoyproxy/envoy:v")).expect("the Dockerfile's envoy image");
+    assert!(dockerfile.contains("FROM ${ENVOY_IMAGE} AS envoy"), "the envoy target is not built on ENVOY_IMAGE");
+    from.trim_start_matches("ARG ENVOY_IMAGE=envoyproxy/envoy:v").split_whitespace().next().unwrap().to_string()
 }
 
 /// Both filter builds' paths in a bootstrap rendered for an image, moved

@@ -304,6 +304,9 @@ async fn a_blackholed_envoy_does_not_keep_a_joining_member_closed() {
     // host's address on the test network.
     let mut far: Topology = door.topology.clone();
     far.ports.grpc = far_grpc;
+    // `ip netns exec` mounts its own /sys: no cgroup files for Envoy's
+    // container-memory monitor, which then refuses to start.
+    far.envoy_config_extra.push("--cgroup-memory-monitor=false".into());
     let mut config: serde_json::Value = serde_yaml_ng::from_str(&far.render_envoy_config().unwrap()).unwrap();
     config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"] =
         TestNet::host_address().into();

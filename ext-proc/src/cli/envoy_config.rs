@@ -134,6 +134,13 @@ pub(super) struct EnvoyConfigArgs {
     /// Status instead of growing until the OOM killer ends every stream.
     #[arg(long, value_name = "QUANTITY", value_parser = envoy_config::edge::parse_bytes, default_value = "2Gi")]
     max_heap: u64,
+    /// Whether the overload manager also watches the container's memory
+    /// limit from Envoy's cgroup (`true`, `false`, or `auto`: when this
+    /// machine has cgroup memory files where Envoy reads them — render where
+    /// Envoy runs, as the manifests do). Envoy refuses to start with it
+    /// where it finds none (a cgroup v2 host's root, outside any container).
+    #[arg(long, value_name = "auto|true|false", default_value = "auto", value_parser = ["auto", "true", "false"])]
+    cgroup_memory_monitor: String,
     /// Longest a request may take that kube-apiserver does not count as
     /// long-running (watches, logs, exec, attach, port-forward and proxy are
     /// exempt, as in kube): past it the client gets a 504 Status. Longer
@@ -263,6 +270,11 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         access_log: a.access_log == AccessLog::Stdout,
         request_headers_timeout: a.request_headers_timeout,
         max_heap_bytes: a.max_heap,
+        cgroup_memory_monitor: match a.cgroup_memory_monitor.as_str() {
+            "true" => true,
+            "false" => false,
+            _ => envoy_config::edge::cgroup_memory_files_here(),
+        },
         request_timeout: a.request_timeout,
         read_idle_timeout: a.read_idle_timeout,
         control_tls,

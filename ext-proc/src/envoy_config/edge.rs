@@ -108,13 +108,19 @@ pub fn layered_runtime() -> Value {
     json!({"layers": [{"name": "edge", "static_layer": {"http.max_requests_per_io_cycle": MAX_REQUESTS_PER_IO_CYCLE}}]})
 }
 
-/// The bootstrap's overload manager: client connections, heap and the
-/// container's memory.
-pub fn overload_manager(max_heap_bytes: u64) -> Value {
+/// The bootstrap's overload manager: client connections, heap and (with
+/// `cgroup_memory`) the container's memory.
+pub fn overload_manager(max_heap_bytes: u64, cgroup_memory: bool) -> Value {
     const HEAP: &str = "envoy.resource_monitors.fixed_heap";
     const CONTAINER: &str = "envoy.resource_monitors.cgroup_memory";
-    let at = |heap: f64, container: f64| json!([{"name": HEAP, "threshold": {"value": heap}}, {"name": CONTAINER, "threshold": {"value": container}}]);
-    json!({
+    let at = |heap: f64, container: f64| {
+        let mut t = vec![json!({"name": HEAP, "threshold": {"value": heap}})];
+        if cgroup_memory {
+            t.push(json!({"name": CONTAINER, "threshold": {"value": container}}));
+        }
+        Value::Array(t)
+    };
+    let mut manager = json!({
         "refresh_interval": "0.25s",
         "resource_monitors": [
             {
@@ -142,7 +148,23 @@ pub fn overload_manager(max_heap_bytes: u64) -> Value {
             {"name": "envoy.overload_actions.shrink_heap", "triggers": at(SHRINK_HEAP_AT, SHRINK_HEAP_AT_CONTAINER)},
             {"name": "envoy.overload_actions.stop_accepting_requests", "triggers": at(STOP_ACCEPTING_REQUESTS_AT, STOP_ACCEPTING_REQUESTS_AT_CONTAINER)},
         ],
-    })
+    });
+    if !cgroup_memory && let Some(monitors) = manager["resource_monitors"].as_array_mut() {
+        monitors.retain(|m| m["name"] != CONTAINER);
+    }
+    manager
+}
+
+/// Whether a process here finds cgroup memory files where Envoy's
+/// `cgroup_memory` monitor reads them — its cgroup's, as a container sees
+/// them: `/sys/fs/cgroup/memory.max` (v2) or
+/// `/sys/fs/cgroup/memory/memory.limit_in_bytes` (v1). Envoy refuses to
+/// start with the monitor where it finds neither: on a cgroup v2 host's root
+/// (no `memory.max` there), or where `/sys` is another mount (`ip netns
+/// exec`). `envoy-config --cgroup-memory-monitor auto` asks this of the
+/// machine it renders on — in the manifests, Envoy's own pod.
+pub fn cgroup_memory_files_here() -> bool {
+    std::path::Path::new("/sys/fs/cgroup/memory.max").exists() || std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
 }
 
 /// `--max-heap`: bytes, or a Kubernetes-style binary quantity (`512Mi`,

@@ -74,6 +74,10 @@ pub struct EnvoyConfigOptions {
     pub request_headers_timeout: Duration,
     /// Envoy's heap bound for the overload manager ([`edge::overload_manager`]).
     pub max_heap_bytes: u64,
+    /// The overload manager also watches the container's memory limit
+    /// ([`edge::overload_manager`]); Envoy refuses to start with it where it
+    /// finds no cgroup memory files.
+    pub cgroup_memory_monitor: bool,
     /// Longest a request that is not long-running may take (zero: no bound).
     pub request_timeout: Duration,
     /// Longest a read that is not long-running waits for a byte from one
@@ -183,7 +187,7 @@ pub fn render(o: &EnvoyConfigOptions) -> Result<Value, ConfigError> {
             "cds_config": {"ads": {}, "resource_api_version": "V3", "initial_fetch_timeout": "30s"},
         },
         // Client connections and heap (edge.rs).
-        "overload_manager": edge::overload_manager(o.max_heap_bytes),
+        "overload_manager": edge::overload_manager(o.max_heap_bytes, o.cgroup_memory_monitor),
         // One new request per client connection per event-loop turn (edge.rs).
         "layered_runtime": edge::layered_runtime(),
     }))

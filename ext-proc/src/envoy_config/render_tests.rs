@@ -23,6 +23,7 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         access_log: true,
         request_headers_timeout: Duration::from_secs(10),
         max_heap_bytes: 2 << 30,
+        cgroup_memory_monitor: true,
         request_timeout: Duration::from_secs(70),
         read_idle_timeout: Duration::from_secs(20),
         control_tls: None,
@@ -243,4 +244,7 @@ fn proxy_protocol_when_asked_and_the_container_limit_watched() {
         let on: Vec<&str> = action["triggers"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
         assert!(on.contains(&"envoy.resource_monitors.cgroup_memory"), "{action}");
     }
+    // Without it (no cgroup memory files where Envoy runs): the heap alone.
+    let off = render(&EnvoyConfigOptions { cgroup_memory_monitor: false, ..opts(&[]) }).unwrap();
+    assert!(!off["overload_manager"].to_string().contains("cgroup_memory"));
 }
