@@ -26,7 +26,8 @@ RUN rustup target add wasm32-wasip1 \
  && cargo build --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm \
  && mkdir -p /out \
  && cp target/release/mvp-ext-proc target/release/fake-apiserver target/release/libmvp_native_filter.so \
-       target/wasm32-wasip1/wasm/mvp_wasm_filter.wasm /out/
+       target/wasm32-wasip1/wasm/mvp_wasm_filter.wasm /out/ \
+ && strip --strip-debug /out/mvp-ext-proc /out/fake-apiserver /out/libmvp_native_filter.so
 
 FROM ${RUNTIME_IMAGE} AS binaries-prebuilt
 COPY target/docker/mvp-ext-proc target/docker/fake-apiserver target/docker/libmvp_native_filter.so target/docker/mvp_wasm_filter.wasm /out/

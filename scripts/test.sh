@@ -23,6 +23,17 @@ while read -r release; do
   scripts/kube-release.sh "$release" >/dev/null
 done < scripts/kube-releases
 
+# The install paths run for real (integration/tests/install_*.rs): a Docker
+# engine (started here if none runs, and stopped again at the end), Compose
+# and buildx, and the project's images built from its Dockerfile on local
+# bases (scripts/images.sh: no registry is reachable).
+step_start=$(date +%s)
+engine=$(scripts/docker.sh start)
+if [ "$engine" = started ]; then trap 'scripts/docker.sh stop' EXIT; fi
+scripts/images.sh
+export MVP_DOCKER=1
+echo "==> install paths ready in $(( $(date +%s) - step_start )) s" >&2
+
 echo "==> clippy (the filter denies unwrap/expect/panic/indexing)" >&2
 cargo clippy --locked -p mvp-wasm-filter -p mvp-filter-core -p mvp-routing -p bench-routing-floor --target wasm32-wasip1 --profile wasm -- -D warnings
 cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -1,6 +1,7 @@
-//! The shipped deployment files agree with each other and with the code.
-//! There is no Docker engine on this machine, so docker-compose.yml is
-//! checked here. It is the one description of the topology: envoy/envoy.yaml
+//! The shipped deployment files agree with each other and with the code —
+//! what the real runs (`install_compose.rs`: docker compose on a real
+//! engine) cannot show: docker-compose.yml is the one description of the
+//! topology: envoy/envoy.yaml
 //! must be exactly what `mvp-ext-proc envoy-config` renders for it (with
 //! `MVP_UPDATE_GOLDEN=1` this test writes it: `scripts/render-envoy-config.sh`)
 //! and must load in the real Envoy.
