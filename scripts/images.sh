@@ -61,13 +61,16 @@ if ! has_image "$ENVOY_BASE" || [ "$(docker image inspect --format '{{index .Con
   rm -rf "$ctx"
 fi
 
-# The host's release build, for BINARIES=prebuilt (the module and the
-# .wasm are always built so: scripts/build.sh).
-cargo build --locked --release -p mvp-ext-proc --bin mvp-ext-proc -p integration --bin fake-apiserver >&2
+# The host's release build, for BINARIES=prebuilt: the module and the .wasm
+# as scripts/build.sh always builds them, mvp-ext-proc and the fake in a
+# release target directory kept outside the work tree (a fresh clone
+# rebuilds only the workspace's own crates there, not their dependencies).
 cargo build --locked --release -p mvp-native-filter >&2
 cargo build --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm >&2
+release=$CACHE/target-images
+CARGO_TARGET_DIR=$release cargo build --locked --release -p mvp-ext-proc --bin mvp-ext-proc -p integration --bin fake-apiserver >&2
 mkdir -p target/docker
-cp target/release/mvp-ext-proc target/release/fake-apiserver target/release/libmvp_native_filter.so \
+cp "$release/release/mvp-ext-proc" "$release/release/fake-apiserver" target/release/libmvp_native_filter.so \
   target/wasm32-wasip1/wasm/mvp_wasm_filter.wasm target/docker/
 # Without the release profile's line tables (backtraces keep function names).
 strip --strip-debug target/docker/mvp-ext-proc target/docker/fake-apiserver target/docker/libmvp_native_filter.so

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds real kube-apiserver and kube-controller-manager binaries of a current
-# Kubernetes release from the Go module proxy, once, and prints the folder that
-# holds them.
+# Builds real Kubernetes binaries of a current release from the Go module
+# proxy — kube-apiserver and kube-controller-manager, and any other
+# components named — once, and prints the folder that holds them.
 #
 #   scripts/kube-release.sh 1.37.2      -> $CACHE/kube-v1.37.2/{kube-apiserver,kube-controller-manager}
+#   scripts/kube-release.sh 1.37.2 kubelet kube-scheduler
+#                                       -> the same, and kubelet and kube-scheduler beside them
+# The components are one `go build` of one module: they share its compiled
+# packages (a component added later reuses Go's build cache).
 #
 # k8s.io/kubernetes is a module whose go.mod points every k8s.io/* staging
 # module at ./staging — replaces a dependency's go.mod cannot carry. So the
@@ -19,13 +23,17 @@
 # (the polyglot kind's) or any go on PATH of at least the release's version.
 set -euo pipefail
 
-VERSION=${1:?usage: scripts/kube-release.sh VERSION (e.g. 1.37.2)}
+VERSION=${1:?usage: scripts/kube-release.sh VERSION [COMPONENT...] (e.g. 1.37.2 kubelet)}
+shift
 case "$VERSION" in 1.[0-9]*.[0-9]*) ;; *) echo "not a release: $VERSION" >&2; exit 2 ;; esac
 MINOR=${VERSION#1.}; MINOR=${MINOR%%.*}
 PATCH=${VERSION##*.}
 CACHE=${MVP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mvp-envoy}
 OUT=$CACHE/kube-v$VERSION
 COMPONENTS="kube-apiserver kube-controller-manager"
+for c in "$@"; do
+  case " $COMPONENTS " in *" $c "*) ;; *) COMPONENTS="$COMPONENTS $c" ;; esac
+done
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -46,7 +54,7 @@ flock 9
 if done_already; then echo "$OUT"; exit 0; fi
 
 start=$(date +%s)
-log "building kube-apiserver and kube-controller-manager v$VERSION from Go modules (once; cached in $OUT)"
+log "building $COMPONENTS v$VERSION from Go modules (once; cached in $OUT)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/mvp-kube-$VERSION.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -70,16 +78,11 @@ staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "
   for m in $staging; do echo "	$m => $m v0.$MINOR.$PATCH"; done
   echo ")"
 } > go.mod
-cat > tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-EOF
+{
+  printf '//go:build tools\n\npackage tools\n\nimport (\n'
+  for c in $COMPONENTS; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+  printf ')\n'
+} > tools.go
 GOFLAGS=-mod=mod go mod tidy >&2
 
 pkg=k8s.io/component-base/version
@@ -88,11 +91,12 @@ ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:
 # client-go's copy is what some code paths report (the kubectl version skew).
 ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v$VERSION"
 ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$MINOR"
-mkdir -p "$OUT"
-for c in $COMPONENTS; do
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/$c.tmp" "k8s.io/kubernetes/cmd/$c" >&2
-  mv "$OUT/$c.tmp" "$OUT/$c"
-done
+mkdir -p "$OUT" "$work/out"
+packages=""
+for c in $COMPONENTS; do packages="$packages k8s.io/kubernetes/cmd/$c"; done
+# shellcheck disable=SC2086
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$work/out/" $packages >&2
+for c in $COMPONENTS; do mv "$work/out/$c" "$OUT/$c"; done
 done_already || { echo "built binaries do not report v$VERSION: $("$OUT/kube-apiserver" --version)" >&2; exit 1; }
-log "built $("$OUT/kube-apiserver" --version) and kube-controller-manager in $(( $(date +%s) - start )) s"
+log "built $COMPONENTS $("$OUT/kube-apiserver" --version) in $(( $(date +%s) - start )) s"
 echo "$OUT"

@@ -18,20 +18,28 @@ MVP_KUBE_APISERVER=$(scripts/kube-apiserver.sh)
 export MVP_KUBE_APISERVER
 # The real tier's etcd (scripts/etcd-release), from Go modules.
 scripts/etcd.sh >/dev/null
-# Current releases for the real tier, from Go modules (scripts/kube-releases).
+# Current releases for the real tier, from Go modules (scripts/kube-releases);
+# the newest with its kubelet and kube-scheduler too (scripts/node.sh: the
+# install paths' node), in the same build.
+node_components="kubelet kube-scheduler"
 while read -r release; do
-  scripts/kube-release.sh "$release" >/dev/null
+  # shellcheck disable=SC2086
+  scripts/kube-release.sh "$release" $node_components >/dev/null
+  node_components=""
 done < scripts/kube-releases
 
 # The install paths run for real (integration/tests/install_*.rs): a Docker
 # engine (started here if none runs, and stopped again at the end), Compose
 # and buildx, and the project's images built from its Dockerfile on local
-# bases (scripts/images.sh: no registry is reachable).
+# bases (scripts/images.sh: no registry is reachable); a node's parts for
+# the kubeadm static pod under a real kubelet (scripts/node.sh: containerd,
+# the kubelet, a pause image from kube's source).
 step_start=$(date +%s)
 engine=$(scripts/docker.sh start)
 if [ "$engine" = started ]; then trap 'scripts/docker.sh stop' EXIT; fi
 scripts/images.sh
-export MVP_DOCKER=1
+MVP_KUBE_NODE_BIN=$(scripts/node.sh)
+export MVP_DOCKER=1 MVP_KUBE_NODE_BIN
 echo "==> install paths ready in $(( $(date +%s) - step_start )) s" >&2
 
 echo "==> clippy (the filter denies unwrap/expect/panic/indexing)" >&2

@@ -13,6 +13,7 @@
 //! - [`tally`]: load under faults, every answer classified.
 //! - [`container`]: a process with a container's memory limit.
 //! - [`balancer`]: a TCP load balancer in front of the door (PROXY protocol or not).
+//! - [`node`]: a real kubelet on containerd, registered to a real control plane.
 //! - [`http1_apiservers`]: plaintext HTTP/1.1-only apiservers on Python's
 //!   `http.server` (not the project's code).
 
@@ -22,6 +23,7 @@ pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;
 pub mod http1_apiservers;
+pub mod node;
 pub mod options;
 pub mod process;
 pub mod real;

@@ -167,6 +167,9 @@ impl RealControlPlane {
             "--requestheader-group-headers=X-Remote-Group".into(),
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
             "--authorization-mode=RBAC".into(),
+            // kubeadm's: a node is reached at its InternalIP (logs, exec),
+            // not a hostname the machine's DNS may not know.
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".into(),
             format!("--token-auth-file={}", arg(&self.tokens)),
             format!("--service-account-key-file={}", arg(&self.service_account_pub)),
             format!("--service-account-signing-key-file={}", arg(&self.service_account_key)),
