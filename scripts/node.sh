@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # What a Kubernetes node of the tests' control plane needs on this machine
 # (integration/src/harness/node.rs runs one): containerd, runc and the CNI
-# plugins from Debian; kubelet and kube-scheduler of the newest release
+# plugins from Debian; kubelet, kube-scheduler and kube-proxy of the newest release
 # (scripts/kube-releases' first), built with its kube-apiserver from Go
 # modules in one `go build` (scripts/kube-release.sh); and a pause image
 # built locally from kube's own source (build/pause/linux/pause.c in the
 # k8s.io/kubernetes module, compiled static, FROM scratch) — no registry is
-# reachable here. Prints the folder holding kubelet and kube-scheduler.
+# reachable here. Prints the folder holding them.
 # Needs a running Docker engine (scripts/docker.sh start) for the pause
 # image; idempotent, cached outside the work tree.
 set -euo pipefail
@@ -24,7 +24,7 @@ if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || [ ! -x 
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends containerd runc containernetworking-plugins >/dev/null
 fi
 
-out=$(scripts/kube-release.sh "$RELEASE" kubelet kube-scheduler)
+out=$(scripts/kube-release.sh "$RELEASE" kubelet kube-scheduler kube-proxy)
 
 if ! docker image inspect "$PAUSE" >/dev/null 2>&1; then
   start=$(date +%s)

@@ -19,9 +19,9 @@ export MVP_KUBE_APISERVER
 # The real tier's etcd (scripts/etcd-release), from Go modules.
 scripts/etcd.sh >/dev/null
 # Current releases for the real tier, from Go modules (scripts/kube-releases);
-# the newest with its kubelet and kube-scheduler too (scripts/node.sh: the
-# install paths' node), in the same build.
-node_components="kubelet kube-scheduler"
+# the newest with its kubelet, kube-scheduler and kube-proxy too
+# (scripts/node.sh: the install paths' node), in the same build.
+node_components="kubelet kube-scheduler kube-proxy"
 while read -r release; do
   # shellcheck disable=SC2086
   scripts/kube-release.sh "$release" $node_components >/dev/null

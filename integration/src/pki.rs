@@ -168,6 +168,9 @@ impl Pki {
     /// An apiserver's serving certificate for its address `ip` (and
     /// 127.0.0.1).
     pub fn apiserver_at(&self, dir: &Path, name: &str, ip: &str) -> Result<Leaf> {
-        self.serving.server(dir, &format!("apiserver-{name}"), &["kubernetes.default.svc", "kubernetes"], &[ip, "127.0.0.1"])
+        // 10.0.0.1: the `kubernetes` Service's ClusterIP (the apiservers'
+        // --service-cluster-ip-range 10.0.0.0/24), what a pod's in-cluster
+        // configuration connects to.
+        self.serving.server(dir, &format!("apiserver-{name}"), &["kubernetes.default.svc", "kubernetes"], &[ip, "127.0.0.1", "10.0.0.1"])
     }
 }

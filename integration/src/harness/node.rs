@@ -19,11 +19,30 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::process::{Proc, arg, free_ports, wait_for};
+use super::process::{Proc, arg, free_ports, machine_lock, wait_for};
 use super::real::RealControlPlane;
 
 /// The pause image `scripts/node.sh` builds from kube's source.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+/// The pod network: the CNI bridge plugin on a bridge of the node's own,
+/// addresses from host-local (kept in the node's directory).
+pub const POD_SUBNET: &str = "10.244.77.0/24";
+const POD_BRIDGE: &str = "mvp77";
+/// Where containerd's runc shim keeps its containers' state for the `k8s.io`
+/// namespace, whatever containerd's own state directory.
+const RUNC_ROOT: &str = "/run/containerd/runc/k8s.io";
+
+/// What a node runs besides its static pods.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeOptions {
+    /// Pods of their own network (the CNI bridge plugin); hostNetwork
+    /// pods need none.
+    pub pod_network: bool,
+    /// kube-proxy (iptables), for Services' ClusterIPs — the `kubernetes`
+    /// Service a pod's in-cluster configuration names among them.
+    pub kube_proxy: bool,
+}
 
 pub struct Node {
     pub name: String,
@@ -32,9 +51,17 @@ pub struct Node {
     /// containerd's socket.
     pub sock: PathBuf,
     kubelet: Option<Proc>,
+    kube_proxy: Option<Proc>,
     containerd: Option<Proc>,
-    /// Dropped last: after every process in it.
+    options: NodeOptions,
+    /// The kubelet's own iptables chains are this node's to remove: the
+    /// host had none before it started.
+    owns_kubelet_chains: bool,
+    /// Dropped after every process in it.
     dir: tempfile::TempDir,
+    /// One node on the machine at a time (its bridge, its iptables chains):
+    /// released when the file closes, also when the process is killed.
+    _lock: std::fs::File,
 }
 
 /// The kubelet and kube-scheduler of the newest release (`scripts/node.sh`
@@ -62,7 +89,16 @@ impl Node {
     /// Starts containerd with `images` (from the Docker engine) and the pause
     /// image imported, then a kubelet registered to `cp`'s first apiserver.
     pub async fn start(cp: &RealControlPlane, images: &[&str]) -> Result<Node> {
+        Node::start_with(cp, images, NodeOptions::default()).await
+    }
+
+    /// [`Node::start`] with a pod network and kube-proxy as `options` say.
+    pub async fn start_with(cp: &RealControlPlane, images: &[&str], options: NodeOptions) -> Result<Node> {
         let bin = node_bin_dir()?;
+        let lock = machine_lock("node")?;
+        // Holding the lock, every other node directory is a killed run's.
+        reap_stale_nodes(&bin);
+        let owns_kubelet_chains = !kubelet_chains_present();
         // Short: containerd's socket path must fit sockaddr_un.
         let dir = tempfile::Builder::new().prefix("mvp-node-").tempdir_in("/tmp")?;
         let d = dir.path();
@@ -70,6 +106,23 @@ impl Node {
         let manifests = d.join("manifests");
         std::fs::create_dir_all(&manifests)?;
         std::fs::create_dir_all(d.join("cni"))?;
+        if options.pod_network {
+            // Pods reach the host's own addresses through the bridge's
+            // gateway (the apiservers: `RealControlPlane::start_on_host_address`).
+            std::fs::write(
+                d.join("cni/10-mvp.conflist"),
+                serde_json::json!({
+                    "cniVersion": "1.0.0",
+                    "name": "mvp",
+                    "plugins": [
+                        {"type": "bridge", "bridge": POD_BRIDGE, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+                         "ipam": {"type": "host-local", "dataDir": arg(&d.join("cni-ipam")), "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                        {"type": "portmap", "capabilities": {"portMappings": true}},
+                    ],
+                })
+                .to_string(),
+            )?;
+        }
         let sock = d.join("containerd.sock");
         std::fs::write(
             d.join("containerd.toml"),
@@ -86,6 +139,8 @@ state = "{state}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   restrict_oom_score_adj = true
+  # Pods' network namespaces under the node's directory, not /run/netns.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -172,7 +227,32 @@ syncFrequency: 5s
                 "2".into(),
             ],
         )?;
-        let node = Node { name, manifests, sock, kubelet: Some(kubelet), containerd: Some(containerd), dir };
+        let kube_proxy = match options.kube_proxy {
+            true => {
+                let ports = free_ports(2);
+                Some(Proc::spawn(
+                    "kube-proxy",
+                    d,
+                    &bin.join("kube-proxy"),
+                    &[
+                        "--kubeconfig".into(),
+                        arg(&kubeconfig),
+                        "--hostname-override".into(),
+                        name.clone(),
+                        "--proxy-mode".into(),
+                        "iptables".into(),
+                        "--cluster-cidr".into(),
+                        POD_SUBNET.into(),
+                        // Leave the machine's conntrack table as it is.
+                        "--conntrack-max-per-core=0".into(),
+                        format!("--metrics-bind-address=127.0.0.1:{}", ports.first().copied().unwrap_or(0)),
+                        format!("--healthz-bind-address=127.0.0.1:{}", ports.get(1).copied().unwrap_or(0)),
+                    ],
+                )?)
+            }
+            false => None,
+        };
+        let node = Node { name, manifests, sock, kubelet: Some(kubelet), kube_proxy, containerd: Some(containerd), options, owns_kubelet_chains, dir, _lock: lock };
         let url = format!("{}/api/v1/nodes/{}", first.url(), node.name);
         let registered = wait_for("the kubelet to register its node", Duration::from_secs(60), || async { cp.http.get(&url).send().await.ok().filter(|r| r.status() == 200) }).await;
         if let Err(e) = registered {
@@ -216,6 +296,12 @@ impl Drop for Node {
             std::thread::sleep(Duration::from_millis(200));
         }
         drop(self.kubelet.take());
+        if self.kube_proxy.take().is_some()
+            && let Ok(bin) = node_bin_dir()
+        {
+            // Its iptables rules, all of them.
+            let _ = Command::new(bin.join("kube-proxy")).args(["--cleanup", "--proxy-mode", "iptables"]).output();
+        }
         let address = arg(&self.sock);
         for task in self.tasks() {
             let _ = run("ctr", &["--address", &address, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", &task]);
@@ -223,15 +309,82 @@ impl Drop for Node {
         drop(self.containerd.take());
         // The shims outlive containerd: those of this node's socket.
         let _ = Command::new("pkill").args(["-9", "-f", &format!("containerd-shim.*{address}")]).status();
-        let prefix = self.dir.path().to_string_lossy().into_owned();
-        let mounts: Vec<String> = std::fs::read_to_string("/proc/mounts")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
-        for m in mounts.iter().rev() {
-            let _ = Command::new("umount").args(["-l", m]).status();
+        unmount_under(self.dir.path());
+        if self.options.pod_network {
+            let _ = Command::new("ip").args(["link", "del", POD_BRIDGE]).output();
+        }
+        if self.owns_kubelet_chains {
+            remove_kubelet_chains();
+        }
+    }
+}
+
+/// Undoes every mount under `dir`, deepest first.
+fn unmount_under(dir: &Path) {
+    let prefix = dir.to_string_lossy().into_owned();
+    let mounts: Vec<String> = std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .filter(|m| m.starts_with(&prefix))
+        .collect();
+    for m in mounts.iter().rev() {
+        let _ = Command::new("umount").args(["-l", m]).status();
+    }
+}
+
+/// What a node killed before its `Drop` ran (a test run stopped by a
+/// timeout, a machine restarted) left behind: its processes,
+/// mounts, pods' network namespaces and directory, the bridge, kube-proxy's
+/// rules and the kubelet's chains. Without this the next node would start
+/// beside them and count the chains as not its own.
+fn reap_stale_nodes(bin: &Path) {
+    let Ok(entries) = std::fs::read_dir("/tmp") else { return };
+    for dir in entries.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("mvp-node-"))) {
+        // Its kubelet, kube-proxy, containerd and shims: each names a file
+        // in the directory on its command line.
+        let _ = Command::new("pkill").args(["-9", "-f", &format!("{}/", arg(&dir))]).status();
+        // Its containers outlive their shims: runc's own state has them.
+        let list = run("runc", &["--root", RUNC_ROOT, "list", "--format", "json"]).unwrap_or_default();
+        let containers: Vec<serde_json::Value> = serde_json::from_str(&list).unwrap_or_default();
+        for c in containers.iter().filter(|c| c["bundle"].as_str().is_some_and(|b| b.starts_with(&format!("{}/", arg(&dir))))) {
+            if let Some(id) = c["id"].as_str() {
+                let _ = run("runc", &["--root", RUNC_ROOT, "delete", "--force", id]);
+            }
+        }
+        unmount_under(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = Command::new("ip").args(["link", "del", POD_BRIDGE]).output();
+    if Command::new("iptables").args(["-t", "nat", "-nL", "KUBE-SERVICES"]).output().map(|o| o.status.success()).unwrap_or(false) {
+        let _ = Command::new(bin.join("kube-proxy")).args(["--cleanup", "--proxy-mode", "iptables"]).output();
+    }
+    remove_kubelet_chains();
+}
+
+/// The chains every kubelet makes (`pkg/kubelet/kubelet_network_linux.go`):
+/// its canaries, the iptables-mode hint, and KUBE-FIREWALL, whose rule drops
+/// packets to 127.0.0.0/8 from other addresses — not to be left behind on a
+/// test machine.
+const KUBELET_CHAINS: [(&str, &str); 4] = [("mangle", "KUBE-IPTABLES-HINT"), ("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"), ("filter", "KUBE-KUBELET-CANARY")];
+
+fn kubelet_chains_present() -> bool {
+    Command::new("iptables").args(["-t", "filter", "-nL", "KUBE-FIREWALL"]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+fn remove_kubelet_chains() {
+    for tool in ["iptables", "ip6tables"] {
+        let ipt = |args: &[&str]| {
+            let _ = Command::new(tool).args(args).output();
+        };
+        for hook in ["INPUT", "OUTPUT"] {
+            ipt(&["-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL"]);
+        }
+        ipt(&["-t", "filter", "-F", "KUBE-FIREWALL"]);
+        ipt(&["-t", "filter", "-X", "KUBE-FIREWALL"]);
+        for (table, chain) in KUBELET_CHAINS {
+            ipt(&["-t", table, "-F", chain]);
+            ipt(&["-t", table, "-X", chain]);
         }
     }
 }

@@ -39,6 +39,43 @@ where
     }
 }
 
+/// Waits for and holds the machine-wide lock `name` (a file in the temp
+/// directory) for one of a kind a machine has one of at a time: flock(2)
+/// (File::lock is newer than the workspace's MSRV), released when the file
+/// closes, also when the process is killed.
+pub fn machine_lock(name: &str) -> Result<std::fs::File> {
+    let lock = std::fs::File::create(std::env::temp_dir().join(format!("mvp-envoy-{name}.lock")))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor, owned by `lock` for the call.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        bail!("locking {name}: {}", std::io::Error::last_os_error());
+    }
+    Ok(lock)
+}
+
+/// The child gets SIGKILL when the thread that spawned it ends — with the
+/// test process, also when that is killed (a CI timeout, a ^C): `Drop`
+/// never runs then, and an orphaned etcd, kube-apiserver or kubelet would
+/// hold its ports and state into the next run. (Every `Proc` is spawned on a
+/// thread that outlives it: a test's own thread or its runtime's workers.)
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+    let parent = std::process::id() as libc::pid_t;
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: nobody would kill us.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("the test process is gone"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A child process killed on drop, its output in a log file.
 pub struct Proc {
     pub name: String,
@@ -51,11 +88,10 @@ impl Proc {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log)?;
         let err = out.try_clone()?;
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
+        let mut command = Command::new(program);
+        command.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        die_with_parent(&mut command);
+        let child = command
             .spawn()
             .with_context(|| format!("starting {name} ({})", program.display()))?;
         Ok(Proc { name: name.to_string(), child: Some(child), log })
@@ -195,5 +231,33 @@ impl Drop for StoppedThread {
         let none = std::ptr::null_mut::<libc::c_void>();
         // SAFETY: detaching the thread this value seized; it runs on.
         unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, none, none) };
+    }
+}
+
+#[cfg(test)]
+mod die_with_parent_tests {
+    use super::*;
+
+    /// Its `Drop` never runs (as when the test process is killed): the child
+    /// still goes when the thread that spawned it does.
+    #[test]
+    fn a_child_dies_with_its_spawner_even_unreaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let pid = std::thread::spawn(move || {
+            let p = Proc::spawn("sleeper", &path, Path::new("sleep"), &["600".into()]).unwrap();
+            let pid = p.pid();
+            std::mem::forget(p);
+            pid
+        })
+        .join()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // A zombie until reaped (it is our child): gone or in state Z.
+        let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false);
+        while alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!alive(), "sleep {pid} outlived the thread that spawned it");
     }
 }

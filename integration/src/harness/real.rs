@@ -72,6 +72,19 @@ pub struct RealControlPlane {
     net: Option<TestNet>,
 }
 
+/// This host's own IPv4 address (the one its default route leaves from).
+pub fn host_ipv4() -> Result<String> {
+    let out = std::process::Command::new("ip").args(["-4", "-o", "route", "get", "1.1.1.1"]).output().context("ip route get")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "src" {
+            return words.next().map(str::to_string).context("no address after src");
+        }
+    }
+    Err(anyhow!("no source address in `ip route get`: {text}"))
+}
+
 impl RealControlPlane {
     /// etcd and one v1.20 apiserver per `(name, extra flags)`, all ready.
     pub async fn start(specs: &[(&str, &[&str])]) -> Result<RealControlPlane> {
@@ -81,17 +94,24 @@ impl RealControlPlane {
 
     /// etcd and one apiserver per spec, started in order, all ready.
     pub async fn start_specs(specs: &[Spec]) -> Result<RealControlPlane> {
-        RealControlPlane::start_on(specs, None).await
+        RealControlPlane::start_on(specs, None, None).await
+    }
+
+    /// The same with each apiserver on this host's own address (not
+    /// loopback; a port each), where a pod on the node's pod network reaches
+    /// it: a workload in a cluster of the test's (`harness::node`).
+    pub async fn start_on_host_address(specs: &[Spec]) -> Result<RealControlPlane> {
+        RealControlPlane::start_on(specs, None, Some(host_ipv4()?)).await
     }
 
     /// The same on a test network ([`TestNet`]): each apiserver on its own
     /// address and port 6443, registering in the `default/kubernetes`
     /// Endpoints (`--endpoint-reconciler-type=lease`) as on real machines.
     pub async fn start_on_test_net(specs: &[Spec]) -> Result<RealControlPlane> {
-        RealControlPlane::start_on(specs, Some(TestNet::create(specs.len() + 4)?)).await
+        RealControlPlane::start_on(specs, Some(TestNet::create(specs.len() + 4)?), None).await
     }
 
-    async fn start_on(specs: &[Spec], net: Option<TestNet>) -> Result<RealControlPlane> {
+    async fn start_on(specs: &[Spec], net: Option<TestNet>, host: Option<String>) -> Result<RealControlPlane> {
         let dir = tempfile::Builder::new().prefix("mvp-real-").tempdir()?;
         let pki = Arc::new(Pki::new(dir.path())?);
         let mut ports = free_ports(2 + specs.len()).into_iter();
@@ -128,7 +148,7 @@ impl RealControlPlane {
             .enumerate()
             .map(|(i, spec)| RealApiserver {
                 name: spec.name.clone(),
-                ip: if on_net { TestNet::address(i) } else { "127.0.0.1".into() },
+                ip: if on_net { TestNet::address(i) } else { host.clone().unwrap_or_else(|| "127.0.0.1".into()) },
                 port: if on_net { TEST_NET_PORT } else { ports.next().unwrap_or(0) },
                 release: spec.release,
                 extra_args: spec.args.clone(),
@@ -309,6 +329,37 @@ impl RealControlPlane {
             "--secure-port=0".into(),
         ];
         Proc::spawn("kube-controller-manager", dir, &release.controller_manager_bin()?, &args)
+    }
+
+    /// What a workload needs of a control plane besides its apiservers: a
+    /// kube-controller-manager with every default controller (deployments,
+    /// service accounts, the root CA's ConfigMap, endpoint slices) and a
+    /// kube-scheduler, of the newest release, as the cluster admin.
+    pub fn start_workload_controllers(&self) -> Result<(Proc, Proc)> {
+        let dir = self.dir.path();
+        let first = self.apiservers.first().context("an apiserver")?;
+        let user = format!("    client-certificate: {}\n    client-key: {}", self.admin.cert_file.display(), self.admin.key_file.display());
+        let kubeconfig = super::secure::kubeconfig(dir, &first.url(), &self.pki.serving.cert_file, &user);
+        let bin = super::node::node_bin_dir()?;
+        let kcm = Proc::spawn(
+            "kube-controller-manager",
+            dir,
+            &bin.join("kube-controller-manager"),
+            &[
+                format!("--kubeconfig={}", arg(&kubeconfig)),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                format!("--root-ca-file={}", arg(&self.pki.serving.cert_file)),
+                format!("--service-account-private-key-file={}", arg(&self.service_account_key)),
+            ],
+        )?;
+        let scheduler = Proc::spawn(
+            "kube-scheduler",
+            dir,
+            &bin.join("kube-scheduler"),
+            &[format!("--kubeconfig={}", arg(&kubeconfig)), "--leader-elect=false".into(), "--secure-port=0".into()],
+        )?;
+        Ok((kcm, scheduler))
     }
 
     /// The front door (TLS, this PKI) in front of every apiserver, once each

@@ -14,7 +14,6 @@
 //! the polyglot machines give.
 
 use std::fs::File;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -33,14 +32,7 @@ impl TestNet {
     /// Creates the namespace and the veth pair, with `addresses` host
     /// addresses inside; waits for the lock if another test holds one.
     pub fn create(addresses: usize) -> Result<TestNet> {
-        let lock = File::create(Path::new(&std::env::temp_dir()).join("mvp-envoy-test-net.lock"))?;
-        // flock(2) (File::lock is newer than the workspace's MSRV); released
-        // when the file is closed, also when the process is killed.
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid open descriptor, owned by `lock` for the call.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            bail!("locking the test network: {}", std::io::Error::last_os_error());
-        }
+        let lock = super::process::machine_lock("test-net")?;
         let (netns, host_link, inner) = (format!("mvp-net{N}"), format!("mvp{N}-h"), format!("mvp{N}-n"));
         // Left over from a killed run.
         remove(&netns, &host_link);
