@@ -1,7 +1,8 @@
 //! The shipped deployment files agree with each other and with the code —
 //! what the real runs (`install_compose.rs`: docker compose on a real
-//! engine) cannot show: docker-compose.yml is the one description of the
-//! topology: envoy/envoy.yaml
+//! engine; `install_kubeadm.rs` and `install_workload.rs`: the manifests
+//! under a real kubelet) cannot show: docker-compose.yml is the one
+//! description of the topology: envoy/envoy.yaml
 //! must be exactly what `mvp-ext-proc envoy-config` renders for it (with
 //! `MVP_UPDATE_GOLDEN=1` this test writes it: `scripts/render-envoy-config.sh`)
 //! and must load in the real Envoy.
