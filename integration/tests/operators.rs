@@ -271,3 +271,68 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
         panic!("not exported by the running product: {:?}", missing().await);
     }
 }
+
+fn readiness(door: &FrontDoor, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(ext_proc_bin().unwrap())
+        .arg("readiness")
+        .arg("--server")
+        .arg(format!("http://127.0.0.1:{}", door.metrics_port))
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `mvp-ext-proc readiness` before members leave: the APIs then served by
+/// nobody, each really served by only the members it names (the front door
+/// pins it there), and an exit status an upgrade script gates on.
+#[tokio::test]
+async fn readiness_names_the_apis_members_leaving_would_take_away() {
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+
+    // The upgrade finishes: v1.30 and v1.33 leave.
+    let (code, text) = readiness(&door, &[]);
+    eprintln!("{text}");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.starts_with("if the upgrade to 1.37 finished:\n  leaving:  v130 (1.30), v133 (1.33)\n  staying:  v137 (1.37)\n"), "{text}");
+    assert!(text.contains("  flowcontrol.apiserver.k8s.io/v1beta3 flowschemas") && text.contains("served by v130\n"), "{text}");
+    assert!(text.contains("gone again on a rollback") && text.contains("lifecycle.k8s.io/v1alpha1 evictionrequests"), "{text}");
+    assert!(text.contains("verdict: would break:"), "{text}");
+
+    // Every API the report says only leaving members serve really goes to
+    // them alone; none goes to v137.
+    let (code, json) = readiness(&door, &["-o", "json"]);
+    assert_eq!(code, Some(1), "{json}");
+    let report: Value = serde_json::from_str(&json).unwrap();
+    let lost = report["lost"].as_array().unwrap();
+    assert!(lost.len() >= 5, "{report}");
+    for api in lost.iter().take(20) {
+        let (g, v, r) = (api["group"].as_str().unwrap(), api["version"].as_str().unwrap(), api["resource"].as_str().unwrap());
+        let path = if g.is_empty() { format!("/api/{v}/{r}") } else { format!("/apis/{g}/{v}/{r}") };
+        let served: Vec<&str> = api["servedBy"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        for _ in 0..3 {
+            let (status, body) = door.get_json(&door.http, &path).await.unwrap();
+            assert!(status == 200 && served.contains(&served_by(&body)), "{path}: {status} from {} (report: {served:?})", served_by(&body));
+        }
+    }
+
+    // Removing v130 alone takes away less than the whole upgrade; the
+    // newest member alone takes away what only 1.37 serves.
+    let (code, json) = readiness(&door, &["--remove", "v130", "-o", "json"]);
+    assert_eq!(code, Some(1), "{json}");
+    let only_v130: Value = serde_json::from_str(&json).unwrap();
+    assert!(only_v130["lost"].as_array().unwrap().len() < lost.len(), "{only_v130}");
+    assert!(only_v130["lost"].as_array().unwrap().iter().all(|a| a["servedBy"] == serde_json::json!(["v130"])), "{only_v130}");
+    let (code, text) = readiness(&door, &["--remove", "v137"]);
+    assert!(code == Some(1) && text.contains("lifecycle.k8s.io/v1alpha1 evictionrequests") && text.contains("served by v137"), "{text}");
+
+    // Rolling back to 1.30 everywhere: what 1.33 and 1.37 added goes.
+    let (code, text) = readiness(&door, &["--release", "1.30"]);
+    assert!(code == Some(1) && text.starts_with("if every member on 1.30:"), "{text}");
+
+    // Questions it cannot answer: a clear error, non-zero.
+    let (code, text) = readiness(&door, &["--release", "1.38"]);
+    assert!(code == Some(1) && text.contains("no member runs 1.38"), "{text}");
+    let (code, text) = readiness(&door, &["--remove", "nope"]);
+    assert!(code == Some(1) && text.contains("no member named \"nope\" (members: v130, v133, v137)"), "{text}");
+}

@@ -1,4 +1,4 @@
-//! The operator endpoints (`--metrics-listen`: `/table`, `/debug/route`,
+//! The operator endpoints (`--metrics-listen`: `/table`, `/debug/route`, `/readiness`,
 //! `/metrics`, the status page) behind delegated authentication and
 //! authorization by a REAL kube-apiserver (issue 47 item 2): before, anyone
 //! who reached the port read `/table` — every apiserver, its address, its
@@ -103,7 +103,7 @@ async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<
     assert_eq!(get("/healthz", None).await.0, 200);
     assert_eq!(get("/readyz", None).await.0, 200);
     // No token, a token the cluster does not know: 401 Status.
-    for (path, token) in [("/table", None), ("/metrics", None), ("/debug/route", None), ("/", None), ("/table", Some("not-a-token"))] {
+    for (path, token) in [("/table", None), ("/metrics", None), ("/debug/route", None), ("/readiness", None), ("/", None), ("/table", Some("not-a-token"))] {
         let (status, body) = get(path, token).await;
         assert_eq!(status, 401, "{path} {token:?}: {body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -117,9 +117,11 @@ async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("User \\\"nobody\\\" cannot get path \\\"/metrics\\\""), "{body}");
     // system:masters: everything.
-    for path in ["/metrics", "/table", "/"] {
+    for path in ["/metrics", "/table", "/readiness", "/"] {
         assert_eq!(get(path, Some(admin_token)).await.0, 200, "{path}");
     }
+    let (status, body) = get("/readiness", Some(nobody_token)).await;
+    assert_eq!(status, 403, "{body}");
     // explain presents a token.
     let explain = |token: Option<&std::path::Path>| {
         let mut c = Command::new(ext_proc_bin().unwrap());

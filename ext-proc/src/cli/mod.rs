@@ -17,7 +17,9 @@ use crate::serve::ServeOptions;
 use crate::tls::{DEFAULT_PEER_SERVER_NAME, PeerTls, RequestHeaderNames};
 
 mod certs;
+mod daemon;
 mod explain;
+mod readiness;
 mod envoy_config;
 
 use envoy_config::EnvoyConfigArgs;
@@ -56,6 +58,11 @@ enum Command {
     /// Ask a running mvp-ext-proc what the front door does with a request,
     /// and why: its classification, which apiservers serve it, the decision.
     Explain(explain::ExplainArgs),
+    /// Ask a running mvp-ext-proc which APIs would be served by no
+    /// apiserver if members left: `--remove MEMBER`, `--release X.Y`, or
+    /// (neither) once the upgrade in progress finishes. Exit status 0:
+    /// nothing lost; 1: something would be; 2: a member was not read yet.
+    Readiness(readiness::ReadinessArgs),
 }
 
 /// How the front door reaches apiservers over TLS (kube-apiserver's names).
@@ -266,15 +273,17 @@ fn init_logging(format: LogFormat) {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
-        Command::EnvoyConfig(args) => envoy_config::envoy_config(args),
-        Command::Certs(args) => certs::certs(args),
-        Command::DecodeDiscovery => decode_discovery(),
-        Command::Explain(args) => explain::explain(args),
+        Command::Serve(args) => done(serve(args)),
+        Command::EnvoyConfig(args) => done(envoy_config::envoy_config(args)),
+        Command::Certs(args) => done(certs::certs(args)),
+        Command::DecodeDiscovery => done(decode_discovery()),
+        Command::Explain(args) => done(explain::explain(args)),
+        Command::Readiness(args) => readiness::readiness(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("mvp-ext-proc: error: {e:#}");
             ExitCode::FAILURE

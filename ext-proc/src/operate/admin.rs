@@ -1,7 +1,8 @@
 //! mvp-ext-proc's HTTP admin surface on `--metrics-listen`: `/metrics`
 //! (Prometheus), `/healthz`, `/readyz` (after the first discovery round) and
 //! `/table` (the current table, each apiserver's state and the connected
-//! Envoys with the filter build each runs, for operators and tests).
+//! Envoys with the filter build each runs, for operators and tests),
+//! `/debug/route` (`explain`) and `/readiness` (`readiness`).
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -90,6 +91,7 @@ pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvo
         .route("/readyz", get(readyz))
         .route("/table", get(table_handler))
         .route("/debug/route", get(debug_route))
+        .route("/readiness", get(readiness))
         .with_state(AdminState { metrics, published, envoys, counted: Arc::default() });
     match delegated {
         Some(d) => router.layer(axum::middleware::from_fn_with_state(d, super::delegated::guard)),
@@ -142,6 +144,44 @@ async fn debug_route(State(s): State<AdminState>, axum::extract::Query(q): axum:
     match crate::table::explain::explain(&table, q.method.as_deref().unwrap_or("GET"), &q.path) {
         Ok(e) => axum::Json(e).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("no routing table to explain with: {e}\n")).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ReadinessQuery {
+    /// Members to remove, comma-separated.
+    remove: Option<String>,
+    /// `X.Y`: every member on that release.
+    release: Option<String>,
+}
+
+/// `GET /readiness?remove=a,b` | `?release=1.37` | (nothing: the upgrade in
+/// progress finishes): the APIs that would be served by no apiserver
+/// (`mvp-ext-proc readiness`).
+async fn readiness(State(s): State<AdminState>, axum::extract::Query(q): axum::extract::Query<ReadinessQuery>) -> Response {
+    use super::readiness::{MemberApis, Release, Scenario, report};
+    let scenario = match (q.remove.as_deref(), q.release.as_deref()) {
+        (Some(_), Some(_)) => return (StatusCode::BAD_REQUEST, "remove and release are two questions: ask one\n").into_response(),
+        (Some(r), None) => {
+            let names: Vec<String> = r.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect();
+            if names.is_empty() {
+                return (StatusCode::BAD_REQUEST, "remove names no member\n").into_response();
+            }
+            Scenario::Remove(names)
+        }
+        (None, Some(r)) => match Release::parse(r) {
+            Some(r) => Scenario::Release(r),
+            None => return (StatusCode::BAD_REQUEST, format!("release {r:?}: not MAJOR.MINOR\n")).into_response(),
+        },
+        (None, None) => Scenario::FinishUpgrade,
+    };
+    let states = s.published.states.borrow().clone();
+    if !states.complete {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the first discovery round is still running\n").into_response();
+    }
+    match report(&MemberApis::of(&states), &scenario) {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
 }
 

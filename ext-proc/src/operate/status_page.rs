@@ -136,6 +136,8 @@ code{{font-size:13px}}
     }
     out.push_str("</table></div>\n");
 
+    upgrade_section(&mut out, s.states);
+
     out.push_str("<h2>Merged documents</h2>\n<div class=\"wrap\"><table id=\"documents\"><tr><th>document</th><th>ETag</th><th>size</th><th>from</th></tr>\n");
     let short = |e: &str| esc(e.trim_matches('"').get(..16).unwrap_or(""));
     if let Some(m) = s.merged {
@@ -148,6 +150,39 @@ code{{font-size:13px}}
     }
     out.push_str("</table></div>\n<p class=\"sub\">Per request: <code>mvp-ext-proc explain PATH</code> · JSON: <a href=\"/table\">/table</a> · <a href=\"/metrics\">/metrics</a></p>\n</body></html>\n");
     out
+}
+
+/// What finishing the upgrade in progress would take away (and a rollback):
+/// `mvp-ext-proc readiness` without flags, the same report.
+fn upgrade_section(out: &mut String, states: &[ServerState]) {
+    use super::readiness::{MemberApis, Scenario, Verdict, report};
+    let members: Vec<MemberApis<'_>> = states.iter().filter(|m| m.departed.is_none()).map(MemberApis::from_state).collect();
+    let Ok(r) = report(&members, &Scenario::FinishUpgrade) else { return };
+    if r.leaving.is_empty() {
+        return;
+    }
+    let verdict = match r.verdict {
+        Verdict::Ready => "<span class=\"ok\">nothing lost</span>".to_string(),
+        Verdict::Breaks => format!("<span class=\"bad\">{} resources served by no apiserver</span>", r.lost.len()),
+        Verdict::Unknown => format!("<span class=\"bad\">cannot tell: {} not read yet</span>", esc(&r.unknown.join(", "))),
+    };
+    let _ = writeln!(
+        out,
+        "<h2 id=\"upgrade\">If {}: {verdict}</h2>\n<p class=\"sub\">Leaving: {}. Before the last of them goes: <code>mvp-ext-proc readiness</code> (exit status 1 while something would be lost).</p>",
+        esc(&r.scenario),
+        esc(&r.leaving.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")),
+    );
+    let rollback = r.lost_on_rollback.as_deref().unwrap_or_default();
+    if r.lost.is_empty() && rollback.is_empty() {
+        return;
+    }
+    out.push_str("<div class=\"wrap\"><table id=\"readiness\"><tr><th>resource</th><th>served now by</th><th>after</th></tr>\n");
+    for (apis, after) in [(&r.lost[..], "served by none"), (rollback, "gone on a rollback")] {
+        for a in apis {
+            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{after}</td></tr>", esc(&a.api), esc(&a.served_by.join(", ")));
+        }
+    }
+    out.push_str("</table></div>\n");
 }
 
 #[cfg(test)]
@@ -181,5 +216,19 @@ mod tests {
         assert!(html.contains("Skew: 2 resources"));
         assert!(html.contains("connection refused &lt;oops&gt;"), "errors are escaped");
         assert!(html.contains("<span class=\"bad\">unhealthy</span>"));
+        assert!(!html.contains("id=\"upgrade\""), "no release known: no upgrade section");
+    }
+
+    /// In an upgrade: what finishing it takes away, as `readiness` says.
+    #[test]
+    fn shows_what_finishing_the_upgrade_takes_away() {
+        let (mut a, mut b) = (member("a", &[":v1/pods", "batch:v2alpha1/cronjobs"], true), member("b", &[":v1/pods", "apps:v1/deployments"], true));
+        a.version = Some("v1.36.3".into());
+        b.version = Some("v1.37.2".into());
+        let table = pb::RoutingTable::default();
+        let html = render(&Snapshot { table: &table, table_changed: SystemTime::now(), states: &[a, b], merged: None, openapi: &MergedOpenApi::default() });
+        assert!(html.contains("If the upgrade to 1.37 finished: <span class=\"bad\">1 resources served by no apiserver</span>"), "{html}");
+        assert!(html.contains("<tr><td>batch/v2alpha1 cronjobs</td><td>a</td><td>served by none</td></tr>"), "{html}");
+        assert!(html.contains("<tr><td>apps/v1 deployments</td><td>b</td><td>gone on a rollback</td></tr>"), "{html}");
     }
 }

@@ -90,6 +90,9 @@ Envoy routes with the {build} filter build (envoy-config's pick for this Envoy; 
   .tools/venv/bin/kubectl --kubeconfig {kc} get --raw /apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas
   # why a request goes where (the filter's own decision, on its current table)
   target/debug/mvp-ext-proc explain --server http://127.0.0.1:{metrics} /apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests
+  # what finishing the upgrade (only v1.37 left) or removing v130 would take away; exit status 1 while anything
+  target/debug/mvp-ext-proc readiness --server http://127.0.0.1:{metrics}
+  target/debug/mvp-ext-proc readiness --server http://127.0.0.1:{metrics} --remove v130
   # routing table and apiserver health, metrics, Envoy's view
   curl -s http://127.0.0.1:{metrics}/table
   curl -s http://127.0.0.1:{metrics}/metrics

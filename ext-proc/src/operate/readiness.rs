@@ -1,0 +1,415 @@
+//! Before members leave: which APIs would then be served by no apiserver —
+//! `GET /readiness` and `mvp-ext-proc readiness`, from each member's own
+//! discovery (the API sets the table is built from).
+//!
+//! Three questions, one computation (the members that leave, the members
+//! that stay, the APIs only leaving members serve):
+//! - `remove=a,b`: members `a` and `b` are stopped (a node drained, a
+//!   server replaced);
+//! - `release=1.37`: every member runs 1.37 — those on 1.37 stay, the rest
+//!   leave (what 1.37 serves is what the members already on it serve);
+//! - neither: the upgrade the fleet is in finishes — the newest release
+//!   stays, the older ones leave.
+//!
+//! For the last two, the reverse too: what only the staying release serves,
+//! which a rollback would take away from whoever already uses it.
+//!
+//! A member whose API set is unknown (never read: restarting, not reachable
+//! yet) makes the answer uncertain, and says so: `unknown`, never `ready`.
+//! Departed members are gone already and are not counted.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use mvp_routing::requestinfo::RouteKey;
+use serde::{Deserialize, Serialize};
+
+use crate::discover::capabilities::Capabilities;
+use crate::sync::MemberStates;
+use crate::sync::state::ServerState;
+
+/// A kube release, `major.minor` (what an upgrade moves between).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Release {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Release {
+    /// `1.37`, `v1.37`, `v1.37.2`, `v1.37.0-rc.1+abc` (a `/version`'s gitVersion).
+    pub fn parse(s: &str) -> Option<Release> {
+        let s = s.trim();
+        let s = s.strip_prefix('v').unwrap_or(s);
+        let mut parts = s.split(['.', '-', '+']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some(Release { major, minor })
+    }
+}
+
+impl std::fmt::Display for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// What is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scenario {
+    /// These members leave.
+    Remove(Vec<String>),
+    /// Every member runs this release.
+    Release(Release),
+    /// The upgrade in progress finishes: only the newest release remains.
+    FinishUpgrade,
+}
+
+/// One member as the report sees it.
+#[derive(Debug, Clone)]
+pub struct MemberApis<'a> {
+    pub name: &'a str,
+    pub release: Option<Release>,
+    /// `None`: its API set was never read.
+    pub apis: Option<&'a Capabilities>,
+}
+
+impl<'a> MemberApis<'a> {
+    /// Every member that has not departed.
+    pub fn of(states: &'a MemberStates) -> Vec<MemberApis<'a>> {
+        states.members.iter().filter(|m| m.departed.is_none()).map(MemberApis::from_state).collect()
+    }
+
+    pub fn from_state(m: &'a ServerState) -> MemberApis<'a> {
+        MemberApis { name: &m.spec.name, release: m.version.as_deref().and_then(Release::parse), apis: m.view.as_deref().map(|v| &v.capabilities) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The question, in words.
+    pub scenario: String,
+    pub leaving: Vec<Named>,
+    pub staying: Vec<Named>,
+    /// Members whose API set is unknown (never read), or whose release is
+    /// when releases decide who leaves.
+    pub unknown: Vec<String>,
+    /// Served by a leaving member and by no staying one.
+    pub lost: Vec<Api>,
+    /// For a release or a finished upgrade: served only by the staying
+    /// release — gone again if the upgrade is rolled back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_on_rollback: Option<Vec<Api>>,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Named {
+    pub name: String,
+    pub release: Option<String>,
+}
+
+/// A resource (or one of its subresources, when the resource itself stays).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Api {
+    /// `apps/v1 deployments`, `v1 pods/ephemeralcontainers`: the access
+    /// log's `routedBy` and `explain`'s words.
+    pub api: String,
+    /// The access log's `routedBy` for its requests (the filter's own label).
+    pub routed_by: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub subresource: String,
+    /// The members that serve it now.
+    pub served_by: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Verdict {
+    /// Nothing any member serves now would be served by none.
+    Ready,
+    /// Some API would be served by no apiserver.
+    Breaks,
+    /// Nothing provably lost, but a member's API set is unknown.
+    Unknown,
+}
+
+impl Verdict {
+    /// `mvp-ext-proc readiness`'s exit status: what an upgrade script gates on.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Ready => 0,
+            Verdict::Breaks => 1,
+            Verdict::Unknown => 2,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReadinessError {
+    #[error("no member named {name:?} (members: {members})")]
+    NoSuchMember { name: String, members: String },
+    #[error("no member runs {0}: what it serves is not known here (upgrade one member first)")]
+    NoMemberRuns(Release),
+}
+
+/// (group, version, resource, subresource): `""` for the core group and for
+/// the resource itself.
+type Key<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+fn keys(apis: &Capabilities) -> impl Iterator<Item = Key<'_>> {
+    apis.groups.iter().flat_map(|(g, versions)| {
+        versions.iter().flat_map(move |(v, resources)| {
+            resources.iter().flat_map(move |(r, subs)| std::iter::once((g.as_str(), &**v, &**r, "")).chain(subs.iter().map(move |s| (g.as_str(), &**v, &**r, &**s))))
+        })
+    })
+}
+
+/// Who serves what: key → indices of the members that serve it.
+fn served<'a>(members: &[MemberApis<'a>]) -> BTreeMap<Key<'a>, Vec<usize>> {
+    let mut by: BTreeMap<Key<'a>, Vec<usize>> = BTreeMap::new();
+    for (i, m) in members.iter().enumerate() {
+        if let Some(apis) = m.apis {
+            for k in keys(apis) {
+                by.entry(k).or_default().push(i);
+            }
+        }
+    }
+    by
+}
+
+/// The keys served by some member in `from` and by none outside it; a
+/// subresource only when its resource is not itself listed.
+fn only_by<'a>(members: &[MemberApis<'a>], by: &BTreeMap<Key<'a>, Vec<usize>>, from: &[bool]) -> Vec<Api> {
+    let only = |servers: &Vec<usize>| servers.iter().any(|&i| from.get(i) == Some(&true)) && servers.iter().all(|&i| from.get(i) == Some(&true));
+    let mut out: Vec<Api> = Vec::new();
+    for (&(g, v, r, s), servers) in by {
+        if !only(servers) {
+            continue;
+        }
+        if !s.is_empty() && by.get(&(g, v, r, "")).is_some_and(only) {
+            continue;
+        }
+        let gv = if g.is_empty() { v.to_string() } else { format!("{g}/{v}") };
+        let api = if s.is_empty() { format!("{gv} {r}") } else { format!("{gv} {r}/{s}") };
+        let mut label = Vec::new();
+        RouteKey::Resource { group: g.as_bytes(), version: v.as_bytes(), resource: r.as_bytes(), subresource: s.as_bytes() }.write_label(&mut label);
+        out.push(Api {
+            api,
+            routed_by: String::from_utf8_lossy(&label).into_owned(),
+            group: g.to_string(),
+            version: v.to_string(),
+            resource: r.to_string(),
+            subresource: s.to_string(),
+            served_by: servers.iter().filter_map(|&i| members.get(i)).map(|m| m.name.to_string()).collect(),
+        });
+    }
+    out
+}
+
+fn names(members: &[MemberApis<'_>], pick: &[bool], want: bool) -> Vec<Named> {
+    members
+        .iter()
+        .zip(pick)
+        .filter(|(_, p)| **p == want)
+        .map(|(m, _)| Named { name: m.name.to_string(), release: m.release.map(|r| r.to_string()) })
+        .collect()
+}
+
+/// The answer to `scenario` for these members.
+pub fn report(members: &[MemberApis<'_>], scenario: &Scenario) -> Result<Report, ReadinessError> {
+    let (leaving, words, staying_release): (Vec<bool>, String, Option<Release>) = match scenario {
+        Scenario::Remove(remove) => {
+            for name in remove {
+                if !members.iter().any(|m| m.name == name) {
+                    let all: Vec<&str> = members.iter().map(|m| m.name).collect();
+                    return Err(ReadinessError::NoSuchMember { name: name.clone(), members: all.join(", ") });
+                }
+            }
+            let leaving = members.iter().map(|m| remove.iter().any(|r| r == m.name)).collect();
+            (leaving, format!("{} removed", remove.join(", ")), None)
+        }
+        Scenario::Release(r) => {
+            if !members.iter().any(|m| m.release == Some(*r)) {
+                return Err(ReadinessError::NoMemberRuns(*r));
+            }
+            (members.iter().map(|m| m.release != Some(*r)).collect(), format!("every member on {r}"), Some(*r))
+        }
+        Scenario::FinishUpgrade => match members.iter().filter_map(|m| m.release).max() {
+            Some(newest) => (members.iter().map(|m| m.release != Some(newest)).collect(), format!("the upgrade to {newest} finished"), Some(newest)),
+            // Nobody's release read yet: nobody known to leave, and `unknown`.
+            None => (vec![false; members.len()], "the upgrade finished".to_string(), None),
+        },
+    };
+    let by_release = !matches!(scenario, Scenario::Remove(_));
+    let staying: Vec<bool> = leaving.iter().map(|l| !l).collect();
+    let by = served(members);
+    let lost = only_by(members, &by, &leaving);
+    let lost_on_rollback = match staying_release {
+        Some(_) if leaving.iter().any(|l| *l) => Some(only_by(members, &by, &staying)),
+        Some(_) => Some(Vec::new()),
+        None => None,
+    };
+    // A member whose release is unknown counts as leaving (pessimistic)
+    // when releases decide, and keeps the answer from `ready`.
+    let unknown: Vec<String> = members.iter().filter(|m| m.apis.is_none() || (by_release && m.release.is_none())).map(|m| m.name.to_string()).collect();
+    let verdict = match (lost.is_empty(), unknown.is_empty()) {
+        (false, _) => Verdict::Breaks,
+        (true, true) => Verdict::Ready,
+        (true, false) => Verdict::Unknown,
+    };
+    Ok(Report { scenario: words, leaving: names(members, &leaving, true), staying: names(members, &leaving, false), unknown, lost, lost_on_rollback, verdict })
+}
+
+fn member_list(members: &[Named]) -> String {
+    if members.is_empty() {
+        return "none".into();
+    }
+    let each: Vec<String> = members.iter().map(|m| format!("{} ({})", m.name, m.release.as_deref().unwrap_or("release unknown"))).collect();
+    each.join(", ")
+}
+
+fn api_lines(out: &mut String, apis: &[Api]) {
+    let width = apis.iter().map(|a| a.api.len()).max().unwrap_or(0);
+    for a in apis {
+        let _ = writeln!(out, "  {:width$}  served by {}", a.api, a.served_by.join(", "));
+    }
+}
+
+/// The report as `mvp-ext-proc readiness` prints it.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "if {}:", r.scenario);
+    let _ = writeln!(out, "  leaving:  {}", member_list(&r.leaving));
+    let _ = writeln!(out, "  staying:  {}", member_list(&r.staying));
+    if !r.unknown.is_empty() {
+        let _ = writeln!(out, "  unknown:  {} (API set or release never read: the answer may miss what it serves)", r.unknown.join(", "));
+    }
+    if r.lost.is_empty() {
+        let _ = writeln!(out, "served by no apiserver then: nothing");
+    } else {
+        let _ = writeln!(out, "served by no apiserver then ({}):", r.lost.len());
+        api_lines(&mut out, &r.lost);
+    }
+    if let Some(rollback) = &r.lost_on_rollback
+        && !rollback.is_empty()
+    {
+        let _ = writeln!(out, "gone again on a rollback, only the staying release serves ({}):", rollback.len());
+        api_lines(&mut out, rollback);
+    }
+    let verdict = match r.verdict {
+        Verdict::Ready => "ready: every API served now stays served".to_string(),
+        Verdict::Breaks => format!("would break: {} API(s) served by no apiserver", r.lost.len()),
+        Verdict::Unknown => format!("cannot tell: {} not read yet", r.unknown.join(", ")),
+    };
+    let _ = writeln!(out, "verdict: {verdict}");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(resources: &[(&str, &str, &str)]) -> Capabilities {
+        let mut c = Capabilities::default();
+        for (g, v, r) in resources {
+            c.add_resource_name(g, v, r);
+        }
+        c
+    }
+
+    fn member<'a>(name: &'a str, release: &str, apis: Option<&'a Capabilities>) -> MemberApis<'a> {
+        MemberApis { name, release: Release::parse(release), apis }
+    }
+
+    fn apis(r: &[Api]) -> Vec<&str> {
+        r.iter().map(|a| a.api.as_str()).collect()
+    }
+
+    #[test]
+    fn releases_parse_as_kube_writes_them() {
+        for (s, want) in [("1.37", Some((1, 37))), ("v1.37.2", Some((1, 37))), ("v1.30.0-fake+v130", Some((1, 30))), ("v1.37.0-rc.1+abc", Some((1, 37))), ("1", None), ("", None), ("x.y", None)] {
+            assert_eq!(Release::parse(s).map(|r| (r.major, r.minor)), want, "{s}");
+        }
+    }
+
+    /// v1.36 serves flowschemas v1beta3 and deployments; v1.37 serves
+    /// deployments (and its scale) and evictionrequests.
+    fn fleet() -> (Capabilities, Capabilities) {
+        let old = caps(&[("apps", "v1", "deployments"), ("apps", "v1", "deployments/status"), ("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas"), ("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas/status"), ("", "v1", "pods")]);
+        let new = caps(&[("apps", "v1", "deployments"), ("apps", "v1", "deployments/status"), ("apps", "v1", "deployments/scale"), ("lifecycle.k8s.io", "v1alpha1", "evictionrequests"), ("", "v1", "pods")]);
+        (old, new)
+    }
+
+    #[test]
+    fn finishing_the_upgrade_loses_what_only_older_releases_serve() {
+        let (old, new) = fleet();
+        let members = [member("a", "v1.36.3", Some(&old)), member("b", "v1.36.3", Some(&old)), member("c", "v1.37.2", Some(&new))];
+        let r = report(&members, &Scenario::FinishUpgrade).unwrap();
+        assert_eq!(r.scenario, "the upgrade to 1.37 finished");
+        assert_eq!(r.leaving.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        // The resource, not also its subresource.
+        assert_eq!(apis(&r.lost), ["flowcontrol.apiserver.k8s.io/v1beta3 flowschemas"]);
+        assert_eq!(r.lost[0].served_by, ["a", "b"]);
+        assert_eq!(r.lost[0].routed_by, "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", "the access log's words");
+        assert_eq!(apis(r.lost_on_rollback.as_deref().unwrap()), ["apps/v1 deployments/scale", "lifecycle.k8s.io/v1alpha1 evictionrequests"]);
+        assert_eq!(r.verdict, Verdict::Breaks);
+        assert_eq!(r.verdict.exit_code(), 1);
+        let text = render(&r);
+        assert!(text.contains("  flowcontrol.apiserver.k8s.io/v1beta3 flowschemas  served by a, b\n"), "{text}");
+        assert!(text.contains("verdict: would break: 1 API(s) served by no apiserver"), "{text}");
+    }
+
+    #[test]
+    fn removing_one_of_two_old_members_loses_nothing() {
+        let (old, new) = fleet();
+        let members = [member("a", "v1.36.3", Some(&old)), member("b", "v1.36.3", Some(&old)), member("c", "v1.37.2", Some(&new))];
+        let r = report(&members, &Scenario::Remove(vec!["a".into()])).unwrap();
+        assert_eq!((r.lost.len(), r.lost_on_rollback.is_none(), r.verdict), (0, true, Verdict::Ready));
+        let r = report(&members, &Scenario::Remove(vec!["a".into(), "b".into()])).unwrap();
+        assert_eq!(apis(&r.lost), ["flowcontrol.apiserver.k8s.io/v1beta3 flowschemas"]);
+        // Removing the only new member: its own APIs go.
+        let r = report(&members, &Scenario::Remove(vec!["c".into()])).unwrap();
+        assert_eq!(apis(&r.lost), ["apps/v1 deployments/scale", "lifecycle.k8s.io/v1alpha1 evictionrequests"]);
+        assert_eq!(
+            report(&members, &Scenario::Remove(vec!["z".into()])),
+            Err(ReadinessError::NoSuchMember { name: "z".into(), members: "a, b, c".into() })
+        );
+    }
+
+    #[test]
+    fn a_release_nobody_runs_cannot_be_answered() {
+        let (old, new) = fleet();
+        let members = [member("a", "v1.36.3", Some(&old)), member("c", "v1.37.2", Some(&new))];
+        assert_eq!(report(&members, &Scenario::Release(Release { major: 1, minor: 38 })), Err(ReadinessError::NoMemberRuns(Release { major: 1, minor: 38 })));
+        // Rolling back to 1.36 instead: 1.37's additions go.
+        let r = report(&members, &Scenario::Release(Release { major: 1, minor: 36 })).unwrap();
+        assert_eq!(apis(&r.lost), ["apps/v1 deployments/scale", "lifecycle.k8s.io/v1alpha1 evictionrequests"]);
+        assert_eq!(apis(r.lost_on_rollback.as_deref().unwrap()), ["flowcontrol.apiserver.k8s.io/v1beta3 flowschemas"]);
+    }
+
+    #[test]
+    fn an_unknown_api_set_is_never_ready() {
+        let (old, _) = fleet();
+        let members = [member("a", "v1.36.3", Some(&old)), member("b", "v1.36.3", None)];
+        let r = report(&members, &Scenario::Remove(vec!["b".into()])).unwrap();
+        assert_eq!((r.verdict, r.unknown.clone()), (Verdict::Unknown, vec!["b".to_string()]));
+        assert_eq!(r.verdict.exit_code(), 2);
+        assert!(render(&r).contains("cannot tell: b not read yet"));
+        // Not in an upgrade: nobody leaves, nothing lost.
+        let members = [member("a", "v1.36.3", Some(&old)), member("b", "v1.36.3", Some(&old))];
+        let r = report(&members, &Scenario::FinishUpgrade).unwrap();
+        assert_eq!((r.leaving.len(), r.lost.len(), r.lost_on_rollback.as_deref().map(<[Api]>::len), r.verdict), (0, 0, Some(0), Verdict::Ready));
+        let r = report(&[member("a", "", Some(&old))], &Scenario::FinishUpgrade).unwrap();
+        assert_eq!((r.leaving.len(), r.unknown.clone(), r.verdict), (0, vec!["a".to_string()], Verdict::Unknown));
+        // A release not read yet: counted as leaving, and not `ready`.
+        let members = [member("a", "v1.36.3", Some(&old)), member("b", "", Some(&old))];
+        let r = report(&members, &Scenario::FinishUpgrade).unwrap();
+        assert_eq!((r.leaving[0].name.as_str(), r.unknown.clone(), r.verdict), ("b", vec!["b".to_string()], Verdict::Unknown));
+    }
+}
