@@ -75,6 +75,33 @@ async fn every_resource_any_server_lists_answers_200_through_the_door() {
     }
     assert!(failures.is_empty(), "{} of {} requests failed:\n{}", failures.len(), all.len() * 4, failures.join("\n"));
 
+    // Before the upgrade finishes (kas-134 and the emulated 1.35 leave):
+    // `readiness` names every listable resource only they serve, and only
+    // those among what kas-137 lists — by each server's own discovery.
+    let out = Command::new(integration::harness::ext_proc_bin().unwrap())
+        .args(["readiness", "-o", "json", "--server", &format!("http://127.0.0.1:{}", door.metrics_port)])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((out.status.code(), report["scenario"].as_str()), (Some(1), Some("the upgrade to 1.37 finished")), "{report}");
+    let leaving: Vec<&str> = report["leaving"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(leaving, ["kas-134", "kas-135"], "the emulated 1.35 leaves too: {report}");
+    let newest = &by_server["kas-137"];
+    let lost: BTreeSet<String> = report["lost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["subresource"].is_null())
+        .map(|a| match a["group"].as_str().unwrap() {
+            "" => format!("/api/{}/{}", a["version"].as_str().unwrap(), a["resource"].as_str().unwrap()),
+            g => format!("/apis/{g}/{}/{}", a["version"].as_str().unwrap(), a["resource"].as_str().unwrap()),
+        })
+        .collect();
+    let only_leaving: BTreeSet<String> = all.difference(newest).cloned().collect();
+    assert!(only_leaving.is_subset(&lost), "not reported: {:?}", only_leaving.difference(&lost).collect::<Vec<_>>());
+    assert!(lost.is_disjoint(newest), "reported though kas-137 lists them: {:?}", lost.intersection(newest).collect::<Vec<_>>());
+    eprintln!("readiness: {} resources served by no apiserver once 1.37 alone runs ({} of them listable), {} only 1.37 serves", report["lost"].as_array().unwrap().len(), only_leaving.len(), report["lostOnRollback"].as_array().unwrap().len());
+
     // The control: a plain round robin in front of the same servers.
     let (_envoy, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();
     let client = door.https(None, false).unwrap();

@@ -256,17 +256,15 @@ impl Discoverer {
         Ok(ReadyProbe { client: self.client(address)?, base: self.base.clone(), options })
     }
 
-    /// The apiserver's release (`/version`'s `gitVersion`), for operators.
+    /// The apiserver's release (`/version`'s `gitVersion`), for operators;
+    /// with ` (emulating X.Y)` when it runs as an older release
+    /// (`--emulated-version`: kube 1.31+'s `emulationMajor`/`emulationMinor`)
+    /// — the release whose APIs it serves, what an upgrade moves.
     pub async fn read_version(&mut self, address: Option<SocketAddr>) -> Result<String, DiscoveryError> {
-        #[derive(serde::Deserialize)]
-        struct Version {
-            #[serde(rename = "gitVersion")]
-            git_version: String,
-        }
         let client = self.client(address)?;
         match self.get(&client, "/version", "application/json", None).await? {
             Fetched::Ok { body, .. } => aggregated::parse::<Version>("version.Info", &body)
-                .map(|v| v.git_version)
+                .map(Version::release)
                 .map_err(|source| DiscoveryError::Document { path: "/version".into(), source }),
             _ => Err(DiscoveryError::Fetch { path: "/version".into(), source: FetchError::Status(404) }),
         }
@@ -332,5 +330,39 @@ impl Discoverer {
         fetch::get(client, &self.base, path, accept, etag, &self.options)
             .await
             .map_err(|source| DiscoveryError::Fetch { path: path.into(), source })
+    }
+}
+
+/// kube's `version.Info`, what the front door reads of it.
+#[derive(serde::Deserialize)]
+struct Version {
+    #[serde(rename = "gitVersion")]
+    git_version: String,
+    #[serde(rename = "emulationMajor", default)]
+    emulation_major: Option<String>,
+    #[serde(rename = "emulationMinor", default)]
+    emulation_minor: Option<String>,
+}
+
+impl Version {
+    fn release(self) -> String {
+        let git = self.git_version.strip_prefix('v').unwrap_or(&self.git_version);
+        match (self.emulation_major, self.emulation_minor) {
+            (Some(major), Some(minor)) if !git.starts_with(&format!("{major}.{minor}.")) && git != format!("{major}.{minor}") => format!("{} (emulating {major}.{minor})", self.git_version),
+            _ => self.git_version,
+        }
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::Version;
+
+    #[test]
+    fn an_emulated_release_is_named() {
+        let v = |json: &str| serde_json::from_str::<Version>(json).unwrap().release();
+        assert_eq!(v(r#"{"gitVersion":"v1.37.2","emulationMajor":"1","emulationMinor":"35"}"#), "v1.37.2 (emulating 1.35)");
+        assert_eq!(v(r#"{"gitVersion":"v1.37.2","emulationMajor":"1","emulationMinor":"37"}"#), "v1.37.2");
+        assert_eq!(v(r#"{"gitVersion":"v1.20.2"}"#), "v1.20.2");
     }
 }

@@ -36,9 +36,13 @@ pub struct Release {
 }
 
 impl Release {
-    /// `1.37`, `v1.37`, `v1.37.2`, `v1.37.0-rc.1+abc` (a `/version`'s gitVersion).
+    /// `1.37`, `v1.37`, `v1.37.2`, `v1.37.0-rc.1+abc` (a `/version`'s
+    /// gitVersion); `v1.37.2 (emulating 1.35)` is 1.35, the APIs it serves.
     pub fn parse(s: &str) -> Option<Release> {
         let s = s.trim();
+        if let Some((_, emulated)) = s.split_once("(emulating ") {
+            return Release::parse(emulated.trim_end_matches(')'));
+        }
         let s = s.strip_prefix('v').unwrap_or(s);
         let mut parts = s.split(['.', '-', '+']);
         let major = parts.next()?.parse().ok()?;
@@ -333,7 +337,7 @@ mod tests {
 
     #[test]
     fn releases_parse_as_kube_writes_them() {
-        for (s, want) in [("1.37", Some((1, 37))), ("v1.37.2", Some((1, 37))), ("v1.30.0-fake+v130", Some((1, 30))), ("v1.37.0-rc.1+abc", Some((1, 37))), ("1", None), ("", None), ("x.y", None)] {
+        for (s, want) in [("1.37", Some((1, 37))), ("v1.37.2", Some((1, 37))), ("v1.30.0-fake+v130", Some((1, 30))), ("v1.37.0-rc.1+abc", Some((1, 37))), ("v1.37.2 (emulating 1.35)", Some((1, 35))), ("1", None), ("", None), ("x.y", None)] {
             assert_eq!(Release::parse(s).map(|r| (r.major, r.minor)), want, "{s}");
         }
     }
