@@ -90,6 +90,24 @@ pub const ROUTE_KEY_FILTER_STATE: &str = "wasm.mvp_route_key";
 pub const LISTED_PROPERTY: &str = "mvp_listed";
 pub const LISTED_FILTER_STATE: &str = "wasm.mvp_listed";
 
+/// The record of a request for a skewed API — a resource only some
+/// apiservers serve — set on such requests only: what mvp-ext-proc counts
+/// per API and per client (`readiness`), from Envoy's gRPC access log
+/// ([`SKEW_LOG_NAME`]), whose filter selects the requests carrying it. Its
+/// value: the route key's label (`apps/v1/deployments`), a tab, and the
+/// `sub` claim of the request's bearer token if it is a JWT (unverified:
+/// mvp-ext-proc says so), else nothing. The native build writes it as
+/// dynamic metadata ([`SKEW_METADATA_NAMESPACE`], [`SKEW_METADATA_KEY`]),
+/// which the log's metadata filter matches; the wasm build (proxy-wasm sets
+/// no dynamic metadata) as the property [`SKEW_PROPERTY`]
+/// ([`SKEW_FILTER_STATE`]), its log selecting requests with a route header.
+pub const SKEW_PROPERTY: &str = "mvp_skew";
+pub const SKEW_FILTER_STATE: &str = "wasm.mvp_skew";
+pub const SKEW_METADATA_NAMESPACE: &str = "mvp";
+pub const SKEW_METADATA_KEY: &str = "skew";
+/// The gRPC access log's `log_name`.
+pub const SKEW_LOG_NAME: &str = "mvp-skew";
+
 /// The native build's load balancer for the apiserver clusters (its
 /// `lb_policy_name`), served over CDS to an Envoy whose node metadata names
 /// the module ([`NODE_NATIVE_MODULE`]).

@@ -29,6 +29,10 @@ pub struct RouterConfig {
     /// front door routes by (for the access log; off when it is).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub export_route_key: bool,
+    /// Mark each request for a skewed API with its record
+    /// (`mvp_contract::envoy::SKEW_PROPERTY`) for the skew access log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_skew: bool,
     /// Hold a request the table can only answer with the 503 Status (every
     /// apiserver that serves it is closed, or not read yet) until
     /// mvp-ext-proc publishes a newer table, instead of answering at once:
@@ -95,7 +99,7 @@ pub struct RefresherConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, hold: None }
+        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, record_skew: false, hold: None }
     }
 }
 
@@ -212,7 +216,7 @@ mod tests {
     fn parses_both_roles_and_rejects_bad_config() {
         assert_eq!(
             PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
-            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, hold: None })
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, record_skew: false, hold: None })
         );
         let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
         assert_eq!(
@@ -256,6 +260,7 @@ mod tests {
                 ..RouterConfig::default()
             }),
             PluginConfig::Router(RouterConfig { export_route_key: true, ..RouterConfig::default() }),
+            PluginConfig::Router(RouterConfig { record_skew: true, ..RouterConfig::default() }),
             PluginConfig::Router(RouterConfig { hold: Some(HoldConfig::default()), ..RouterConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { poll_interval_ms: 100, ..RefresherConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { wait_ms: 0, ..RefresherConfig::default() }),

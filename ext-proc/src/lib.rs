@@ -21,12 +21,14 @@
 //!     (read back into [`sync`] at start).
 //! - [`rewrite`]: Envoy's ext_proc on `/apis` and `/openapi/*`, answering
 //!   from the merged documents.
+//! - [`usage`]: who uses skewed APIs — Envoy's gRPC access log of the
+//!   requests the filter marked, counted per API and client (`readiness`).
 //! - Envoy's bootstrap: [`envoy_config`], from the same [`apiservers`] and
 //!   [`tls`] flags.
 //! - [`grpc`]: the listeners Envoy reaches (TCP, Unix socket) and the
 //!   `grpc.health.v1` service that tells Envoy which replica can answer.
 //! - Operators: [`operate`] (`/` the status page, `/metrics`, `/healthz`,
-//!   `/readyz`, `/table`, `/debug/route` = the table's explain) over
+//!   `/readyz`, `/table`, `/debug/route` = the table's explain, `/readiness`) over
 //!   [`metrics`], which every part updates.
 //! - [`cli`] turns flags into options; [`serve`] wires the processes;
 //!   [`stopping`] is their graceful stop.
@@ -51,6 +53,7 @@ pub mod stopping;
 pub mod sync;
 pub mod table;
 pub mod tls;
+pub mod usage;
 pub mod xds;
 
 #[cfg(test)]

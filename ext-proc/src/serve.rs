@@ -44,6 +44,9 @@ pub struct ServeOptions {
     /// The requestheader user name header discovery requests carry with the
     /// proxy client certificate.
     pub username_header: String,
+    /// The requestheader group header the front door forwards (with the
+    /// user name header: who sent a request the skew log counts).
+    pub group_header: String,
     /// ADS streams end after this long (`xds::ads`); `None` never.
     pub ads_max_stream_age: Option<Duration>,
     /// At most this many ADS streams at once (`MAX_ADS_STREAMS` by default).
@@ -179,6 +182,8 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     // with it the endpoint set it last acknowledged, which would keep every
     // joining member closed — within interval + timeout, not when TCP gives
     // up (~15 min).
+    // Who uses skewed APIs (Envoy's skew log), for `readiness`.
+    let usage = Arc::new(crate::usage::Usage::default());
     let (health, health_task) =
         crate::grpc::health::service(published.table.clone(), published.merged.clone(), stopping.clone()).await;
     let health_task = tokio::spawn(health_task);
@@ -190,7 +195,8 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .add_service(health)
         .add_service(ads.service())
         .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone(), o.max_held_table_calls))
-        .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()));
+        .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
+        .add_service(crate::usage::als::SkewLog::server(usage.clone(), &o.username_header, &o.group_header));
     tokio::spawn(stop.on_signal());
     let tls_config = grpc_tls.as_ref().map(|(config, _)| config.clone());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));
@@ -202,7 +208,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         _ => None,
     };
     let admin_task = admin_listener.map(|l| {
-        let router = admin::router(metrics.clone(), published.clone(), envoys.clone(), delegated.clone());
+        let router = admin::router(metrics.clone(), published.clone(), envoys.clone(), usage.clone(), delegated.clone());
         let stopping = stopping.clone();
         let tls = admin_tls.as_ref().map(|(config, _)| config.clone());
         tokio::spawn(async move {

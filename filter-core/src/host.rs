@@ -123,6 +123,13 @@ pub trait Host {
     /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
     /// by the access log).
     fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError>;
+    /// Marks the request as one for a skewed API with its record
+    /// (`mvp_contract::envoy::SKEW_PROPERTY`): the wasm build's way, a
+    /// property; the native build writes dynamic metadata, which the skew
+    /// access log's filter matches.
+    fn mark_skew(&self, record: &[u8]) -> Result<(), HostError> {
+        self.set_property(mvp_contract::envoy::SKEW_PROPERTY, record)
+    }
     /// Answers the current request with `status` and no body (Envoy's local
     /// reply, whose mapper writes kube's Status), `details` its response
     /// code details (no spaces). The request goes no further.

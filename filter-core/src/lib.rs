@@ -24,6 +24,7 @@ pub mod identity;
 pub mod refresher;
 pub mod router;
 pub mod shared_table;
+pub mod skew;
 
 pub use mvp_routing::{list_options, requestinfo, route, table, urlpath};
 

@@ -101,6 +101,10 @@ impl Router {
                 host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
             }
         }
+        // A skewed API's record, for who would lose it (`readiness`).
+        if self.config.record_skew && crate::skew::is_skewed(&key, &decision, table.all()) {
+            self.mark_skew(host, &key);
+        }
         if let Decision::Unavailable { .. } = decision
             && let Some(holds) = &self.holds
             && holds.hold(host, context, table.version(), self.claim(host, end_of_stream))
@@ -109,6 +113,22 @@ impl Router {
         }
         self.pin(host, &decision);
         Action::Continue
+    }
+
+    /// Marks the current request with its skew record ([`crate::skew`]).
+    fn mark_skew<H: Host>(&self, host: &H, key: &RouteKey<'_>) {
+        let Ok(mut buf) = self.key_buf.try_borrow_mut() else { return };
+        let authorization = match host.request_header("authorization") {
+            Ok(a) => a,
+            Err(e) => {
+                host.log(LogLevel::Warn, &format!("mvp router: reading the authorization header: {e}"));
+                None
+            }
+        };
+        crate::skew::write_record(key, authorization.as_deref(), &mut buf);
+        if let Err(e) = host.mark_skew(&buf) {
+            host.log(LogLevel::Warn, &format!("mvp router: marking a skewed request: {e}"));
+        }
     }
 
     /// What the current request would claim of the hold (its client, its

@@ -336,3 +336,37 @@ fn only_long_running_requests_lift_the_route_timeout() {
         assert_eq!(request.header_values(mvp_contract::headers::UPSTREAM_TIMEOUT), want, "{path}");
     }
 }
+
+/// Requests for resources only some apiservers serve carry the skew record
+/// (label, tab, the bearer token's claimed subject); a resource every
+/// apiserver serves — pinned or not — and anything not a resource carry
+/// none; and none at all unless the config asks.
+#[test]
+fn marks_requests_for_skewed_resources_only() {
+    use base64::Engine;
+    let refresher = published();
+    let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let token = format!("Bearer {}.{}.sig", b("{}"), b(r#"{"sub":"system:serviceaccount:ns:sa"}"#));
+    for record_skew in [true, false] {
+        let router = Router::new(RouterConfig { record_skew, ..RouterConfig::default() }, &refresher.sibling());
+        for (path, bearer, want) in [
+            ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c", true, Some("resource.k8s.io/v1/resourceclaims\tsystem:serviceaccount:ns:sa")),
+            ("/apis/apps/v1/namespaces/ns/deployments/d/scale", false, Some("apps/v1/deployments/scale\t")),
+            // Only closed c serves it: the 503, still a skewed API.
+            ("/apis/batch/v1/jobs", false, Some("batch/v1/jobs\t")),
+            // Every member serves it (c is closed: pinned, not skewed).
+            ("/api/v1/namespaces/ns/pods", true, None),
+            ("/apis/resource.k8s.io/v1", true, None),
+            ("/healthz", true, None),
+        ] {
+            let request = refresher.sibling().with_path(path);
+            if bearer {
+                request.headers.borrow_mut().push(("authorization".into(), token.clone()));
+            }
+            router.on_request_headers(&request, 1, true);
+            let got = request.properties.borrow().get("mvp_skew").cloned();
+            let want = want.filter(|_| record_skew);
+            assert_eq!(got.as_deref(), want.map(str::as_bytes), "{path} (record_skew {record_skew})");
+        }
+    }
+}

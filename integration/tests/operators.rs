@@ -335,4 +335,60 @@ async fn readiness_names_the_apis_members_leaving_would_take_away() {
     assert!(code == Some(1) && text.contains("no member runs 1.38"), "{text}");
     let (code, text) = readiness(&door, &["--remove", "nope"]);
     assert!(code == Some(1) && text.contains("no member named \"nope\" (members: v130, v133, v137)"), "{text}");
+
+    // Who would lose them: requests through the door are counted per API
+    // and client (the filter marks requests for skewed APIs; Envoy's skew
+    // log brings them to mvp-ext-proc). A ServiceAccount token's claim —
+    // unverified, and said so — and a client without credentials.
+    use base64::Engine;
+    let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let token = format!("Bearer {}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"sub":"system:serviceaccount:ci:deployer"}"#));
+    let send = |path: &str, auth: Option<&str>, agent: &str| {
+        let mut req = door.http.get(door.url(path)).header("user-agent", agent);
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        req.send()
+    };
+    for _ in 0..3 {
+        assert_eq!(send("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", Some(&token), "deployer/1.0").await.unwrap().status(), 200);
+    }
+    assert_eq!(send("/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests", None, "curl/8.5").await.unwrap().status(), 200);
+    // An API every server serves is not counted, whoever asks. One
+    // connection, one Envoy worker, one log buffer, in order: once the
+    // request after them is counted, so would they be.
+    for _ in 0..5 {
+        assert_eq!(send("/api/v1/namespaces/default/pods", Some(&token), "deployer/1.0").await.unwrap().status(), 200);
+    }
+    assert_eq!(send("/apis/lifecycle.k8s.io/v1alpha1/evictions", None, "curl/8.5").await.unwrap().status(), 200);
+    wait_for("the last request counted", Duration::from_secs(20), || async {
+        let (_, json) = readiness(&door, &["-o", "json"]);
+        let r: Value = serde_json::from_str(&json).ok()?;
+        r["lostOnRollback"].as_array()?.iter().any(|a| a["routedBy"] == "lifecycle.k8s.io/v1alpha1/evictions" && a["usedBy"].is_object()).then_some(())
+    })
+    .await
+    .unwrap();
+    // The 20 lost APIs asked above, evictionrequests, evictions: no pods.
+    assert_eq!(door.table().await.unwrap()["skewUse"]["apis"], 22);
+    // (The checks above asked for each lost API too, without credentials.)
+    let by_agent = |usage: &Value, agent: &str| usage["clients"].as_array().into_iter().flatten().find(|c| c["userAgent"] == agent).cloned();
+    let counted = wait_for("the skew log's counts", Duration::from_secs(20), || async {
+        let (_, json) = readiness(&door, &["-o", "json"]);
+        let r: Value = serde_json::from_str(&json).ok()?;
+        let used = |list: &str, api: &str| r[list].as_array().into_iter().flatten().find(|a| a["api"] == api).map(|a| a["usedBy"].clone());
+        let deployer = by_agent(&used("lost", "flowcontrol.apiserver.k8s.io/v1beta3 flowschemas")?, "deployer/1.0")?;
+        let curl = by_agent(&used("lostOnRollback", "lifecycle.k8s.io/v1alpha1 evictionrequests")?, "curl/8.5")?;
+        (deployer["count"] == 3 && curl["count"] == 1).then_some((r.clone(), deployer, curl))
+    })
+    .await;
+    let (report, client, curl) = counted.unwrap();
+    assert_eq!(client["who"], serde_json::json!({"kind": "tokenClaim", "subject": "system:serviceaccount:ci:deployer"}), "{client}");
+    assert_eq!(client["source"], "127.0.0.1", "{client}");
+    assert_eq!(client["answeredBy"], serde_json::json!([door.fake("v130").address()]), "{client}");
+    assert_eq!(curl["who"], serde_json::json!({"kind": "unidentified"}), "{curl}");
+    // The deployer and the checks' own unidentified client.
+    assert_eq!(report["clientsLosing"], 2, "{report}");
+    let (_, text) = readiness(&door, &["--remove", "v130"]);
+    assert!(text.contains("      used by system:serviceaccount:ci:deployer (token claim, unverified) (deployer/1.0) from 127.0.0.1: 3 request(s), last "), "{text}");
+    assert!(text.contains("clients that used a lost API in the last 1day (counted since "), "{text}");
 }

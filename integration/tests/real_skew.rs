@@ -101,6 +101,26 @@ async fn every_resource_any_server_lists_answers_200_through_the_door() {
     assert!(only_leaving.is_subset(&lost), "not reported: {:?}", only_leaving.difference(&lost).collect::<Vec<_>>());
     assert!(lost.is_disjoint(newest), "reported though kas-137 lists them: {:?}", lost.intersection(newest).collect::<Vec<_>>());
     eprintln!("readiness: {} resources served by no apiserver once 1.37 alone runs ({} of them listable), {} only 1.37 serves", report["lost"].as_array().unwrap().len(), only_leaving.len(), report["lostOnRollback"].as_array().unwrap().len());
+    // And who used them: the certificate's user as the door forwarded it,
+    // twice each (HTTP/2 and HTTP/1.1); the static token is no JWT, its
+    // client unidentified.
+    let readiness_json = || {
+        let out = Command::new(integration::harness::ext_proc_bin().unwrap()).args(["readiness", "-o", "json", "--server", &format!("http://127.0.0.1:{}", door.metrics_port)]).output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default()
+    };
+    let admin = json!({"kind": "certificate", "user": "kubernetes-admin", "groups": ["system:masters"]});
+    let used = integration::harness::wait_for("the skew log's counts", std::time::Duration::from_secs(20), || {
+        let r = readiness_json();
+        let lost: Vec<Value> = r["lost"].as_array().cloned().unwrap_or_default().into_iter().filter(|a| a["subresource"].is_null()).collect();
+        let all_counted = !lost.is_empty() && lost.iter().all(|a| a["usedBy"]["clients"].as_array().is_some_and(|c| c.iter().any(|c| c["who"] == admin && c["count"] == 2)));
+        async move { all_counted.then_some(lost) }
+    })
+    .await
+    .unwrap();
+    for a in &used {
+        let clients = a["usedBy"]["clients"].as_array().unwrap();
+        assert!(clients.iter().any(|c| c["who"]["kind"] == "unidentified" && c["count"] == 2), "{a}");
+    }
 
     // The control: a plain round robin in front of the same servers.
     let (_envoy, plain) = door.another_envoy_with(plain_round_robin).await.unwrap();

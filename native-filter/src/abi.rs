@@ -120,6 +120,8 @@ unsafe extern "C" {
     // copy: what this worker's balancer sees).
     pub fn envoy_dynamic_module_callback_http_get_cluster_host_count(filter: EnvoyPtr, priority: u32, total: *mut usize, healthy: *mut usize, degraded: *mut usize) -> bool;
     pub fn envoy_dynamic_module_callback_http_set_filter_state_bytes(filter: EnvoyPtr, key: ModuleBuffer, value: ModuleBuffer) -> bool;
+    // Returns nothing in 1.40's abi.h (a string value under a namespace).
+    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_string(filter: EnvoyPtr, namespace: ModuleBuffer, key: ModuleBuffer, value: ModuleBuffer);
     pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(filter: EnvoyPtr, attribute: u32, result: *mut EnvoyBuffer) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_increment_counter(filter: EnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_length: usize, value: u64) -> u32;
     pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: EnvoyPtr);

@@ -186,6 +186,23 @@ impl Host for NativeHost<'_> {
         ok.then_some(()).ok_or(HostError(SET_STATE))
     }
 
+    /// Dynamic metadata: what the skew access log's metadata filter
+    /// matches (a filter-state object it cannot).
+    fn mark_skew(&self, record: &[u8]) -> Result<(), HostError> {
+        use mvp_contract::envoy::{SKEW_METADATA_KEY, SKEW_METADATA_NAMESPACE};
+        let filter = self.request()?;
+        // SAFETY: Envoy reads the three buffers during the call only.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_string(
+                filter,
+                ModuleBuffer::of(SKEW_METADATA_NAMESPACE.as_bytes()),
+                ModuleBuffer::of(SKEW_METADATA_KEY.as_bytes()),
+                ModuleBuffer::of(record),
+            );
+        }
+        Ok(())
+    }
+
     fn send_local_reply(&self, status_code: u32, details: &str) -> Result<(), HostError> {
         let filter = self.request()?;
         // No body, no headers: the local reply mapper writes the Status.

@@ -69,6 +69,12 @@ pub(super) struct EnvoyConfigArgs {
     /// path, code, flags, upstream, the filter's route list and key, user).
     #[arg(long, value_enum, default_value_t = AccessLog::Stdout)]
     access_log: AccessLog,
+    /// Log each request for an API only some apiservers serve to
+    /// mvp-ext-proc (Envoy's gRPC access log, over the control channel):
+    /// who uses what would go if members left (`readiness`). Requests for
+    /// APIs every apiserver serves are not logged.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
+    record_skew: bool,
     /// How often Envoy's refresher asks mvp-ext-proc for a table when its
     /// last call failed. Otherwise it long-polls: mvp-ext-proc holds each
     /// call until it publishes a newer table, so a table reaches Envoy the
@@ -268,6 +274,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         proxy_protocol: a.proxy_protocol,
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
+        record_skew: a.record_skew,
         request_headers_timeout: a.request_headers_timeout,
         max_heap_bytes: a.max_heap,
         cgroup_memory_monitor: match a.cgroup_memory_monitor.as_str() {

@@ -314,6 +314,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),
+        group_header: requestheader.group_header().to_string(),
         ads_max_stream_age: Some(a.ads_max_stream_age),
         max_ads_streams: a.max_ads_streams,
         max_held_table_calls: a.max_held_table_calls,

@@ -24,6 +24,10 @@ pub(super) struct ReadinessArgs {
     /// newest release stays).
     #[arg(long, value_name = "X.Y", value_parser = parse_release)]
     release: Option<Release>,
+    /// How far back to look for clients of the APIs that would be lost
+    /// (the skew log's counts).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+    window: std::time::Duration,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Human)]
     output: Output,
@@ -36,7 +40,8 @@ fn parse_release(s: &str) -> Result<Release, String> {
 pub(super) fn readiness(a: ReadinessArgs) -> anyhow::Result<ExitCode> {
     let remove = a.remove.join(",");
     let release = a.release.map(|r| r.to_string());
-    let mut query = Vec::new();
+    let window = humantime::format_duration(a.window).to_string();
+    let mut query = vec![("window", window.as_str())];
     if !remove.is_empty() {
         query.push(("remove", remove.as_str()));
     }

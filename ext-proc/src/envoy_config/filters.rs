@@ -180,6 +180,8 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
         }),
         // What each request was routed by, for the access log's `routedBy`.
         export_route_key: o.access_log,
+        // Requests for skewed APIs marked for the skew log.
+        record_skew: o.record_skew,
         // Requests only closed apiservers serve wait (bounded) for the
         // table that opens one, asking the first replica like the refresher.
         hold: (!o.hold_unavailable.is_zero()).then(|| HoldConfig {

@@ -166,6 +166,20 @@ fn access_log(o: &EnvoyConfigOptions) -> Value {
     }])
 }
 
+/// The stdout log (when on) and the skew log (when on).
+fn access_logs(o: &EnvoyConfigOptions) -> Value {
+    let mut logs = match o.access_log {
+        true => access_log(o),
+        false => json!([]),
+    };
+    if o.record_skew
+        && let Some(list) = logs.as_array_mut()
+    {
+        list.push(super::skew_log::skew_log(o));
+    }
+    if logs.as_array().is_some_and(Vec::is_empty) { Value::Null } else { logs }
+}
+
 pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
     let mut hcm = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
@@ -204,7 +218,7 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
         },
         "http_filters": filters::http_filters(o, forwards_identity),
         "local_reply_config": {"mappers": local_replies()},
-        "access_log": if o.access_log { access_log(o) } else { Value::Null },
+        "access_log": access_logs(o),
     });
     // The edge protections: header and HTTP/2 limits, slowloris (edge.rs).
     if let (Some(h), Value::Object(edge)) = (hcm.as_object_mut(), super::edge::hcm_options(o.request_headers_timeout)) {

@@ -27,6 +27,7 @@ mod filters;
 mod hcm;
 mod listener;
 mod routes;
+mod skew_log;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -69,6 +70,9 @@ pub struct EnvoyConfigOptions {
     pub requestheader: RequestHeaderNames,
     /// Envoy's per-request access log (JSON lines on stdout) on or off.
     pub access_log: bool,
+    /// Requests for skewed APIs marked and logged to mvp-ext-proc
+    /// ([`skew_log`]), for `readiness`'s clients.
+    pub record_skew: bool,
     /// Longest a client may take to send its request headers
     /// ([`edge::hcm_options`]; zero: no bound).
     pub request_headers_timeout: Duration,

@@ -21,6 +21,7 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         peer_tls: None,
         requestheader: RequestHeaderNames::default(),
         access_log: true,
+        record_skew: true,
         request_headers_timeout: Duration::from_secs(10),
         max_heap_bytes: 2 << 30,
         cgroup_memory_monitor: true,

@@ -41,6 +41,7 @@ struct AdminState {
     published: Published,
     envoys: ConnectedEnvoys,
     counted: Arc<Counted>,
+    usage: Arc<crate::usage::Usage>,
 }
 
 /// The sizes `/table` reports, each a walk over a CRD-heavy table or view
@@ -83,7 +84,7 @@ impl Counted {
 
 /// With `delegated`, every path but `/healthz` and `/readyz` needs a
 /// bearer token whose user the cluster lets get it ([`super::delegated`]).
-pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvoys, delegated: Option<Arc<super::delegated::Delegated>>) -> axum::Router {
+pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvoys, usage: Arc<crate::usage::Usage>, delegated: Option<Arc<super::delegated::Delegated>>) -> axum::Router {
     let router = axum::Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics_handler))
@@ -92,7 +93,7 @@ pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvo
         .route("/table", get(table_handler))
         .route("/debug/route", get(debug_route))
         .route("/readiness", get(readiness))
-        .with_state(AdminState { metrics, published, envoys, counted: Arc::default() });
+        .with_state(AdminState { metrics, published, envoys, counted: Arc::default(), usage });
     match delegated {
         Some(d) => router.layer(axum::middleware::from_fn_with_state(d, super::delegated::guard)),
         None => router,
@@ -147,12 +148,17 @@ async fn debug_route(State(s): State<AdminState>, axum::extract::Query(q): axum:
     }
 }
 
+/// How far back `readiness` looks for clients unless asked.
+const DEFAULT_USAGE_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 #[derive(serde::Deserialize)]
 struct ReadinessQuery {
     /// Members to remove, comma-separated.
     remove: Option<String>,
     /// `X.Y`: every member on that release.
     release: Option<String>,
+    /// Usage counted within this long (`1h`, `7d`); 24h unless set.
+    window: Option<String>,
 }
 
 /// `GET /readiness?remove=a,b` | `?release=1.37` | (nothing: the upgrade in
@@ -179,8 +185,13 @@ async fn readiness(State(s): State<AdminState>, axum::extract::Query(q): axum::e
     if !states.complete {
         return (StatusCode::SERVICE_UNAVAILABLE, "the first discovery round is still running\n").into_response();
     }
+    let window = match q.window.as_deref().map(humantime::parse_duration) {
+        None => DEFAULT_USAGE_WINDOW,
+        Some(Ok(w)) => w,
+        Some(Err(e)) => return (StatusCode::BAD_REQUEST, format!("window: {e}\n")).into_response(),
+    };
     match report(&MemberApis::of(&states), &scenario) {
-        Ok(r) => axum::Json(r).into_response(),
+        Ok(r) => axum::Json(r.with_usage(&s.usage, std::time::SystemTime::now(), window)).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
 }
@@ -223,6 +234,8 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
         "apiservers": apiservers,
         // Which routing filter build each connected Envoy runs.
         "envoys": s.envoys.to_json(),
+        // The skew log's counts (`readiness` shows who).
+        "skewUse": {"apis": s.usage.apis(), "clients": s.usage.entries(), "dropped": s.usage.dropped()},
         "discovery": merged.map(|m| serde_json::json!({
             "etag": m.etag,
             "groups": m.groups,

@@ -105,6 +105,36 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_on_rollback: Option<Vec<Api>>,
     pub verdict: Verdict,
+    /// Clients that used a lost API within the window (see
+    /// [`Report::with_usage`]); `None` before usage is added.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub clients_losing: Option<usize>,
+    /// The window usage is counted in, and since when it is counted.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub usage_window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub usage_since: Option<String>,
+}
+
+impl Report {
+    /// Adds who used each lost API (and each a rollback takes away) within
+    /// `window` of `now`.
+    pub fn with_usage(mut self, usage: &crate::usage::Usage, now: std::time::SystemTime, window: std::time::Duration) -> Report {
+        let mut losing = std::collections::BTreeSet::new();
+        for a in &mut self.lost {
+            a.used_by = usage.of(&a.routed_by, now, window);
+            for c in a.used_by.iter().flat_map(|u| &u.clients) {
+                losing.insert((c.who.clone(), c.user_agent.clone()));
+            }
+        }
+        for a in self.lost_on_rollback.iter_mut().flatten() {
+            a.used_by = usage.of(&a.routed_by, now, window);
+        }
+        self.clients_losing = Some(losing.len());
+        self.usage_window = Some(humantime::format_duration(window).to_string());
+        self.usage_since = Some(humantime::format_rfc3339_seconds(usage.since).to_string());
+        self
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +160,10 @@ pub struct Api {
     pub subresource: String,
     /// The members that serve it now.
     pub served_by: Vec<String>,
+    /// Who used it within the report's window (the skew log), most first;
+    /// absent when nobody did (or the skew log is off).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub used_by: Option<crate::usage::ApiUse>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,6 +245,7 @@ fn only_by<'a>(members: &[MemberApis<'a>], by: &BTreeMap<Key<'a>, Vec<usize>>, f
             resource: r.to_string(),
             subresource: s.to_string(),
             served_by: servers.iter().filter_map(|&i| members.get(i)).map(|m| m.name.to_string()).collect(),
+            used_by: None,
         });
     }
     out
@@ -267,7 +302,18 @@ pub fn report(members: &[MemberApis<'_>], scenario: &Scenario) -> Result<Report,
         (true, true) => Verdict::Ready,
         (true, false) => Verdict::Unknown,
     };
-    Ok(Report { scenario: words, leaving: names(members, &leaving, true), staying: names(members, &leaving, false), unknown, lost, lost_on_rollback, verdict })
+    Ok(Report {
+        scenario: words,
+        leaving: names(members, &leaving, true),
+        staying: names(members, &leaving, false),
+        unknown,
+        lost,
+        lost_on_rollback,
+        verdict,
+        clients_losing: None,
+        usage_window: None,
+        usage_since: None,
+    })
 }
 
 fn member_list(members: &[Named]) -> String {
@@ -282,6 +328,21 @@ fn api_lines(out: &mut String, apis: &[Api]) {
     let width = apis.iter().map(|a| a.api.len()).max().unwrap_or(0);
     for a in apis {
         let _ = writeln!(out, "  {:width$}  served by {}", a.api, a.served_by.join(", "));
+        let Some(used) = &a.used_by else { continue };
+        for c in &used.clients {
+            let agent = if c.user_agent.is_empty() { String::new() } else { format!(" ({})", c.user_agent) };
+            let _ = writeln!(
+                out,
+                "      used by {}{agent} from {}: {} request(s), last {}",
+                c.who,
+                if c.source.is_empty() { "?" } else { &c.source },
+                c.count,
+                humantime::format_rfc3339_seconds(c.last_seen)
+            );
+        }
+        if used.others > 0 {
+            let _ = writeln!(out, "      and {} request(s) of clients not kept", used.others);
+        }
     }
 }
 
@@ -305,6 +366,9 @@ pub fn render(r: &Report) -> String {
     {
         let _ = writeln!(out, "gone again on a rollback, only the staying release serves ({}):", rollback.len());
         api_lines(&mut out, rollback);
+    }
+    if let (Some(n), Some(window), Some(since)) = (r.clients_losing, &r.usage_window, &r.usage_since) {
+        let _ = writeln!(out, "clients that used a lost API in the last {window} (counted since {since}): {n}");
     }
     let verdict = match r.verdict {
         Verdict::Ready => "ready: every API served now stays served".to_string(),

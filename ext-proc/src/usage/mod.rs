@@ -1,0 +1,272 @@
+//! Who uses skewed APIs: every request the filter marked as asking for a
+//! resource only some apiservers serve (`mvp_contract::envoy::SKEW_PROPERTY`)
+//! reaches mvp-ext-proc through Envoy's gRPC access log ([`als`]) and is
+//! counted here, per API and per client — the identity the front door
+//! forwards (a verified client certificate's user and groups) or the
+//! subject a bearer token claims (unverified, and said so), with the user
+//! agent, the source address, first and last seen, and the apiservers that
+//! answered. `readiness` names them for the APIs members leaving would take
+//! away.
+//!
+//! Bounded whatever clients send: at most [`MAX_APIS`] APIs (only the
+//! table's skewed resources can be marked), [`MAX_CLIENTS`] clients per API
+//! (the most frequent kept: a newcomer takes the place of the least used,
+//! whose count goes to `others`), strings cut to [`MAX_TEXT`] bytes.
+
+pub mod als;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// APIs counted at most (more are dropped and counted).
+pub const MAX_APIS: usize = 4096;
+/// Clients kept per API.
+pub const MAX_CLIENTS: usize = 32;
+/// Longest identity, user agent or address kept.
+pub const MAX_TEXT: usize = 256;
+/// Apiservers remembered per client and API.
+const MAX_ANSWERED_BY: usize = 8;
+
+/// Who sent a request, as far as the front door knows.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Who {
+    /// A client certificate the front door verified: its user and groups,
+    /// as forwarded to the apiservers.
+    Certificate { user: String, groups: Vec<String> },
+    /// A JWT bearer token's `sub` claim, as the token says (the apiserver
+    /// verifies the token; the front door did not).
+    TokenClaim { subject: String },
+    /// Neither (an opaque token, no credentials): known by its user agent
+    /// and address only.
+    Unidentified,
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Who::Certificate { user, groups } if groups.is_empty() => write!(f, "{user}"),
+            Who::Certificate { user, groups } => write!(f, "{user} (groups {})", groups.join(", ")),
+            Who::TokenClaim { subject } => write!(f, "{subject} (token claim, unverified)"),
+            Who::Unidentified => write!(f, "unidentified"),
+        }
+    }
+}
+
+/// One marked request, as the access log tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Use {
+    /// The route key's label (`apps/v1/deployments`).
+    pub api: String,
+    pub who: Who,
+    pub user_agent: String,
+    /// The client's IP address.
+    pub source: String,
+    /// The apiserver that answered (`IP:port`), if one did.
+    pub answered_by: Option<String>,
+    pub at: SystemTime,
+}
+
+/// One client's use of one API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientUse {
+    pub who: Who,
+    pub user_agent: String,
+    /// The address it last came from.
+    pub source: String,
+    pub count: u64,
+    #[serde(with = "rfc3339")]
+    pub first_seen: SystemTime,
+    #[serde(with = "rfc3339")]
+    pub last_seen: SystemTime,
+    /// The apiservers that answered it (`IP:port`).
+    pub answered_by: Vec<String>,
+}
+
+/// One API's clients.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiUse {
+    /// The most frequent, most used first.
+    pub clients: Vec<ClientUse>,
+    /// Requests of clients that did not fit (or were pushed out).
+    pub others: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    apis: HashMap<String, ApiUse>,
+    dropped: u64,
+}
+
+/// Every API's clients, shared by the access log service and the operator
+/// endpoints.
+#[derive(Debug)]
+pub struct Usage {
+    inner: Mutex<Inner>,
+    /// When counting began (this process, or the state it restored).
+    pub since: SystemTime,
+}
+
+impl Default for Usage {
+    fn default() -> Self {
+        Usage { inner: Mutex::default(), since: SystemTime::now() }
+    }
+}
+
+fn cut(mut s: String) -> String {
+    if s.len() > MAX_TEXT {
+        let mut end = MAX_TEXT;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+fn cut_who(who: Who) -> Who {
+    match who {
+        Who::Certificate { user, groups } => Who::Certificate { user: cut(user), groups: groups.into_iter().take(16).map(cut).collect() },
+        Who::TokenClaim { subject } => Who::TokenClaim { subject: cut(subject) },
+        Who::Unidentified => Who::Unidentified,
+    }
+}
+
+impl Usage {
+    /// Counts one request.
+    pub fn record(&self, u: Use) {
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !inner.apis.contains_key(&u.api) && inner.apis.len() >= MAX_APIS {
+            inner.dropped += 1;
+            return;
+        }
+        let who = cut_who(u.who);
+        let user_agent = cut(u.user_agent);
+        let api = inner.apis.entry(cut(u.api)).or_default();
+        let client = match api.clients.iter().position(|c| c.who == who && c.user_agent == user_agent) {
+            Some(i) => api.clients.get_mut(i),
+            None => {
+                if api.clients.len() >= MAX_CLIENTS {
+                    // The least used (the oldest of those) makes room.
+                    if let Some((i, _)) = api.clients.iter().enumerate().min_by_key(|(_, c)| (c.count, c.last_seen)) {
+                        let gone = api.clients.swap_remove(i);
+                        api.others += gone.count;
+                    }
+                }
+                api.clients.push(ClientUse { who, user_agent, source: String::new(), count: 0, first_seen: u.at, last_seen: u.at, answered_by: Vec::new() });
+                api.clients.last_mut()
+            }
+        };
+        if let Some(c) = client {
+            c.count += 1;
+            c.last_seen = c.last_seen.max(u.at);
+            c.first_seen = c.first_seen.min(u.at);
+            c.source = cut(u.source);
+            if let Some(a) = u.answered_by
+                && !c.answered_by.contains(&a)
+                && c.answered_by.len() < MAX_ANSWERED_BY
+            {
+                c.answered_by.push(cut(a));
+            }
+        }
+    }
+
+    /// An API's clients seen within `window` of `now`, most used first.
+    pub fn of(&self, api: &str, now: SystemTime, window: Duration) -> Option<ApiUse> {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let u = inner.apis.get(api)?;
+        let from = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut clients: Vec<ClientUse> = u.clients.iter().filter(|c| c.last_seen >= from).cloned().collect();
+        if clients.is_empty() && u.others == 0 {
+            return None;
+        }
+        clients.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_seen.cmp(&a.last_seen)));
+        Some(ApiUse { clients, others: u.others })
+    }
+
+    /// Requests of APIs past [`MAX_APIS`], not counted.
+    pub fn dropped(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).dropped
+    }
+
+    /// How many APIs have counts.
+    pub fn apis(&self) -> usize {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).apis.len()
+    }
+
+    /// How many client entries are held in all (for the bound's test and
+    /// `/table`).
+    pub fn entries(&self) -> usize {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).apis.values().map(|a| a.clients.len()).sum()
+    }
+}
+
+/// Times as RFC 3339, seconds (what kube writes).
+mod rfc3339 {
+    use std::time::SystemTime;
+
+    pub fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_rfc3339_seconds(*t))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        let text: String = serde::Deserialize::deserialize(d)?;
+        humantime::parse_rfc3339_weak(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn use_of(api: &str, who: Who, ua: &str, at: u64) -> Use {
+        Use { api: api.into(), who, user_agent: ua.into(), source: "10.0.0.9".into(), answered_by: Some("10.0.0.1:6443".into()), at: SystemTime::UNIX_EPOCH + Duration::from_secs(at) }
+    }
+
+    #[test]
+    fn counts_per_api_and_client() {
+        let u = Usage::default();
+        let alice = Who::Certificate { user: "alice".into(), groups: vec!["dev".into()] };
+        let sa = Who::TokenClaim { subject: "system:serviceaccount:ns:sa".into() };
+        for t in 0..3 {
+            u.record(use_of("apps/v1/deployments", alice.clone(), "kubectl/v1.37", 100 + t));
+        }
+        u.record(use_of("apps/v1/deployments", sa.clone(), "controller/v1", 150));
+        u.record(use_of("apps/v1/deployments", alice.clone(), "k9s", 160));
+        let got = u.of("apps/v1/deployments", SystemTime::UNIX_EPOCH + Duration::from_secs(200), Duration::from_secs(3600)).unwrap();
+        let rows: Vec<(String, &str, u64)> = got.clients.iter().map(|c| (c.who.to_string(), c.user_agent.as_str(), c.count)).collect();
+        assert_eq!(rows, [("alice (groups dev)".to_string(), "kubectl/v1.37", 3), ("alice (groups dev)".into(), "k9s", 1), ("system:serviceaccount:ns:sa (token claim, unverified)".into(), "controller/v1", 1)]);
+        assert_eq!(got.clients[0].first_seen, SystemTime::UNIX_EPOCH + Duration::from_secs(100));
+        assert_eq!(got.clients[0].answered_by, ["10.0.0.1:6443"]);
+        // Outside the window: not shown.
+        let later = u.of("apps/v1/deployments", SystemTime::UNIX_EPOCH + Duration::from_secs(10_000), Duration::from_secs(60));
+        assert_eq!(later, None);
+        assert_eq!(u.of("batch/v1/jobs", SystemTime::now(), Duration::from_secs(60)), None);
+    }
+
+    /// A flood of distinct clients and APIs holds at most the bound.
+    #[test]
+    fn a_flood_of_distinct_clients_stays_bounded() {
+        let u = Usage::default();
+        let regular = Who::Certificate { user: "kubelet".into(), groups: vec![] };
+        for i in 0..100 {
+            u.record(use_of("apps/v1/deployments", regular.clone(), "kubelet", i));
+        }
+        for i in 0..10_000u64 {
+            u.record(use_of("apps/v1/deployments", Who::TokenClaim { subject: format!("flood-{i}") }, &"x".repeat(10_000), 1_000 + i));
+            u.record(use_of(&format!("g{i}/v1/r"), Who::Unidentified, "", 1_000 + i));
+        }
+        let got = u.of("apps/v1/deployments", SystemTime::UNIX_EPOCH + Duration::from_secs(20_000), Duration::from_secs(1 << 30)).unwrap();
+        assert_eq!(got.clients.len(), MAX_CLIENTS);
+        assert_eq!((got.clients[0].who.to_string(), got.clients[0].count), ("kubelet".to_string(), 100), "the heavy user stays");
+        assert_eq!(got.others + got.clients.iter().map(|c| c.count).sum::<u64>(), 10_100, "every request counted somewhere");
+        assert!(got.clients.iter().all(|c| c.user_agent.len() <= MAX_TEXT));
+        assert!(u.entries() <= MAX_APIS * MAX_CLIENTS);
+        assert_eq!(u.dropped(), 10_000 - (MAX_APIS as u64 - 1));
+    }
+}
