@@ -17,6 +17,13 @@ struct SyncErrorLabels {
     r#type: String,
 }
 
+/// A resource by the access log's `routedBy` (`apps/v1/deployments`):
+/// bounded by the skewed resources the table knows (`usage::MAX_APIS`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    api: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiserverLabels {
     apiserver: String,
@@ -74,6 +81,8 @@ pub struct Metrics {
     xds_nacks: Family<TypeLabels, Counter>,
     peer_tls_reloads: Family<ResultLabels, Counter>,
     grpc_tls_reloads: Family<ResultLabels, Counter>,
+    skewed_requests: Family<ApiLabels, Counter>,
+    only_older: Family<ApiLabels, Gauge>,
 }
 
 impl Metrics {
@@ -105,7 +114,19 @@ impl Metrics {
             xds_nacks: Family::default(),
             peer_tls_reloads: Family::default(),
             grpc_tls_reloads: Family::default(),
+            skewed_requests: Family::default(),
+            only_older: Family::default(),
         };
+        registry.register(
+            "mvp_skewed_api_requests",
+            "Requests for a resource only some apiservers serve, by resource (the skew log; who: mvp-ext-proc readiness)",
+            m.skewed_requests.clone(),
+        );
+        registry.register(
+            "mvp_api_only_older_releases",
+            "1 for each resource only apiservers older than the fleet's newest release serve: served by none once the upgrade finishes",
+            m.only_older.clone(),
+        );
         registry.register(
             "apiserver_peer_discovery_sync_errors",
             "Failed reads of an apiserver, by type (fetch_discovery, fetch_readyz: unreachable, fetch_openapi, hostport_resolution)",
@@ -228,6 +249,19 @@ impl Metrics {
         self.table_resources.set(i64::try_from(resources).unwrap_or(i64::MAX));
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         self.table_changed_at.set(i64::try_from(now).unwrap_or(i64::MAX));
+    }
+
+    /// A request the skew log counted for `api`.
+    pub fn skewed_request(&self, api: &str) {
+        self.skewed_requests.get_or_create(&ApiLabels { api: api.into() }).inc();
+    }
+
+    /// The resources only older releases serve now (replacing the last set).
+    pub fn set_only_older<'a>(&self, apis: impl Iterator<Item = &'a str>) {
+        self.only_older.clear();
+        for api in apis {
+            self.only_older.get_or_create(&ApiLabels { api: api.into() }).set(1);
+        }
     }
 
     pub fn table_request(&self, result: &str) {

@@ -196,7 +196,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .add_service(ads.service())
         .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone(), o.max_held_table_calls))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
-        .add_service(crate::usage::als::SkewLog::server(usage.clone(), &o.username_header, &o.group_header));
+        .add_service(crate::usage::als::SkewLog::server(usage.clone(), metrics.clone(), &o.username_header, &o.group_header));
     tokio::spawn(stop.on_signal());
     let tls_config = grpc_tls.as_ref().map(|(config, _)| config.clone());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));

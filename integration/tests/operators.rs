@@ -391,4 +391,11 @@ async fn readiness_names_the_apis_members_leaving_would_take_away() {
     let (_, text) = readiness(&door, &["--remove", "v130"]);
     assert!(text.contains("      used by system:serviceaccount:ci:deployer (token claim, unverified) (deployer/1.0) from 127.0.0.1: 3 request(s), last "), "{text}");
     assert!(text.contains("clients that used a lost API in the last 1day (counted since "), "{text}");
+
+    // Prometheus: per resource, no user label; the alert's two halves.
+    let metrics = door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("mvp_skewed_api_requests_total{api=\"flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\"} 6\n"), "{metrics}");
+    assert!(metrics.contains("mvp_api_only_older_releases{api=\"flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\"} 1\n"), "{metrics}");
+    assert!(!metrics.contains("mvp_api_only_older_releases{api=\"lifecycle.k8s.io/v1alpha1/evictionrequests\"}"), "only the newest serves it: {metrics}");
+    assert!(!metrics.contains("deployer"), "no client in a label: {metrics}");
 }

@@ -101,6 +101,13 @@ pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvo
 }
 
 async fn metrics_handler(State(s): State<AdminState>) -> Response {
+    // What finishing the upgrade would take away, for the alert on its
+    // use: per scrape (an API-set walk), not per request.
+    let states = s.published.states.borrow().clone();
+    let members = super::readiness::MemberApis::of(&states);
+    if let Ok(r) = super::readiness::report(&members, &super::readiness::Scenario::FinishUpgrade) {
+        s.metrics.set_only_older(r.lost.iter().map(|a| a.routed_by.as_str()));
+    }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         s.metrics.encode(),

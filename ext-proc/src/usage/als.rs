@@ -20,6 +20,7 @@ use super::{Usage, Use, Who};
 
 pub struct SkewLog {
     usage: Arc<Usage>,
+    metrics: Arc<crate::metrics::Metrics>,
     username_header: String,
     group_header: String,
 }
@@ -27,8 +28,8 @@ pub struct SkewLog {
 impl SkewLog {
     /// `username_header`, `group_header`: the requestheader names the
     /// front door forwards identity under (the log's request headers).
-    pub fn server(usage: Arc<Usage>, username_header: &str, group_header: &str) -> AccessLogServiceServer<SkewLog> {
-        AccessLogServiceServer::new(SkewLog { usage, username_header: username_header.to_ascii_lowercase(), group_header: group_header.to_ascii_lowercase() })
+    pub fn server(usage: Arc<Usage>, metrics: Arc<crate::metrics::Metrics>, username_header: &str, group_header: &str) -> AccessLogServiceServer<SkewLog> {
+        AccessLogServiceServer::new(SkewLog { usage, metrics, username_header: username_header.to_ascii_lowercase(), group_header: group_header.to_ascii_lowercase() })
     }
 }
 
@@ -40,7 +41,10 @@ impl AccessLogService for SkewLog {
             let Some(LogEntries::HttpLogs(entries)) = message.log_entries else { continue };
             for entry in &entries.log_entry {
                 if let Some(u) = use_of(entry, &self.username_header, &self.group_header) {
-                    self.usage.record(u);
+                    let api = u.api.clone();
+                    if self.usage.record(u) {
+                        self.metrics.skewed_request(&api);
+                    }
                 }
             }
         }

@@ -138,12 +138,12 @@ fn cut_who(who: Who) -> Who {
 }
 
 impl Usage {
-    /// Counts one request.
-    pub fn record(&self, u: Use) {
+    /// Counts one request; `false` when its API did not fit.
+    pub fn record(&self, u: Use) -> bool {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !inner.apis.contains_key(&u.api) && inner.apis.len() >= MAX_APIS {
             inner.dropped += 1;
-            return;
+            return false;
         }
         let who = cut_who(u.who);
         let user_agent = cut(u.user_agent);
@@ -174,6 +174,7 @@ impl Usage {
                 c.answered_by.push(cut(a));
             }
         }
+        true
     }
 
     /// An API's clients seen within `window` of `now`, most used first.
