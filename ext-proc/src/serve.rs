@@ -182,8 +182,13 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     // with it the endpoint set it last acknowledged, which would keep every
     // joining member closed — within interval + timeout, not when TCP gives
     // up (~15 min).
-    // Who uses skewed APIs (Envoy's skew log), for `readiness`.
-    let usage = Arc::new(crate::usage::Usage::default());
+    // Who uses skewed APIs (Envoy's skew log), for `readiness`; kept
+    // beside the state file across restarts.
+    let usage_file = o.state_file.as_deref().map(crate::usage::persist::path_for);
+    let usage = Arc::new(usage_file.as_deref().map(crate::usage::persist::load).unwrap_or_default());
+    if let Some(path) = usage_file {
+        tokio::spawn(crate::usage::persist::save_loop(usage.clone(), path));
+    }
     let (health, health_task) =
         crate::grpc::health::service(published.table.clone(), published.merged.clone(), stopping.clone()).await;
     let health_task = tokio::spawn(health_task);

@@ -392,9 +392,42 @@ async fn readiness_names_the_apis_members_leaving_would_take_away() {
     assert!(text.contains("      used by system:serviceaccount:ci:deployer (token claim, unverified) (deployer/1.0) from 127.0.0.1: 3 request(s), last "), "{text}");
     assert!(text.contains("clients that used a lost API in the last 1day (counted since "), "{text}");
 
+    // A flood of distinct tokens and user agents for one skewed API: the
+    // counts keep the heaviest clients (the deployer stays) and no more
+    // than the bound; every request is counted somewhere.
+    let rss = || std::fs::read_to_string(format!("/proc/{}/status", door.ext_proc.pid())).ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())).unwrap_or(0);
+    let before_kib = rss();
+    const FLOOD: usize = 2_000;
+    use futures::StreamExt;
+    let mut flood = futures::stream::iter((0..FLOOD).map(|i| {
+        let t = format!("Bearer {}.{}.c2ln", b("{}"), b(&format!(r#"{{"sub":"flood-{i}-{}"}}"#, "x".repeat(200))));
+        let agent = format!("flood/{i}/{}", "y".repeat(300));
+        async move { send("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", Some(&t), &agent).await.map(|r| r.status().as_u16()).unwrap_or(0) }
+    }))
+    .buffer_unordered(16);
+    let mut ok = 0;
+    while let Some(code) = flood.next().await {
+        ok += usize::from(code == 200);
+    }
+    assert_eq!(ok, FLOOD);
+    let flooded = wait_for("the flood counted", Duration::from_secs(30), || async {
+        let (_, json) = readiness(&door, &["--remove", "v130", "-o", "json"]);
+        let r: Value = serde_json::from_str(&json).ok()?;
+        let u = r["lost"].as_array()?.iter().find(|a| a["routedBy"] == "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas")?["usedBy"].clone();
+        let total = u["others"].as_u64()? + u["clients"].as_array()?.iter().filter_map(|c| c["count"].as_u64()).sum::<u64>();
+        (total == 6 + FLOOD as u64).then_some(u)
+    })
+    .await
+    .unwrap();
+    let clients = flooded["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 32, "{flooded}");
+    assert!(clients.iter().any(|c| c["userAgent"] == "deployer/1.0" && c["count"] == 3), "the heavy client stays: {flooded}");
+    assert!(clients.iter().all(|c| c["userAgent"].as_str().unwrap().len() <= 256), "{flooded}");
+    eprintln!("flood of {FLOOD} distinct clients: 32 kept, others {}; mvp-ext-proc RSS {before_kib} KiB before, {} KiB after", flooded["others"], rss());
+
     // Prometheus: per resource, no user label; the alert's two halves.
     let metrics = door.http.get(format!("http://127.0.0.1:{}/metrics", door.metrics_port)).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("mvp_skewed_api_requests_total{api=\"flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\"} 6\n"), "{metrics}");
+    assert!(metrics.contains(&format!("mvp_skewed_api_requests_total{{api=\"flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\"}} {}\n", 6 + FLOOD)), "{metrics}");
     assert!(metrics.contains("mvp_api_only_older_releases{api=\"flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\"} 1\n"), "{metrics}");
     assert!(!metrics.contains("mvp_api_only_older_releases{api=\"lifecycle.k8s.io/v1alpha1/evictionrequests\"}"), "only the newest serves it: {metrics}");
     assert!(!metrics.contains("deployer"), "no client in a label: {metrics}");

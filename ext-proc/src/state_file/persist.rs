@@ -124,34 +124,37 @@ impl Persisted {
         let apiservers = members.into_iter().map(|(n, u, v, o)| (n, EntryRef { url: u, view: v, openapi_v3_index: index(o) })).collect();
         let file = StateFileRef { format: FORMAT, apiservers };
         let bytes = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
-        // A temporary name of this write's own: two processes (old and new
-        // during a rollout) or two writes never share one, so neither can
-        // truncate or rename the other's half-written file.
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut name = self.path.file_name().unwrap_or_default().to_os_string();
-        name.push(format!(".{}.{n}.tmp", std::process::id()));
-        let tmp = self.path.with_file_name(name);
-        // The data reaches the disk before the rename makes it the state
-        // file: a crash or power loss leaves the old file or the new one,
-        // never a torn one.
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("--state-file {}: cannot write: {e}", self.path.display())
-        })?;
-        // And the rename itself once the directory is synced. Best effort:
-        // some filesystems refuse to sync a directory, and the file is whole
-        // either way.
-        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-        Ok(())
+        write_whole(&self.path, &bytes).map_err(|e| format!("--state-file {}: cannot write: {e}", self.path.display()))
     }
+}
+
+/// Replaces `path` with `bytes` so that a crash or power loss leaves the
+/// old file or the new one, never a torn one.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    // A temporary name of this write's own: two processes (old and new
+    // during a rollout) or two writes never share one, so neither can
+    // truncate or rename the other's half-written file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.{n}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
+    // The data reaches the disk before the rename makes it the file.
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    // And the rename itself once the directory is synced. Best effort:
+    // some filesystems refuse to sync a directory, and the file is whole
+    // either way.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    Ok(())
 }
 
 #[cfg(test)]

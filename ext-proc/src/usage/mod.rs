@@ -11,9 +11,12 @@
 //! Bounded whatever clients send: at most [`MAX_APIS`] APIs (only the
 //! table's skewed resources can be marked), [`MAX_CLIENTS`] clients per API
 //! (the most frequent kept: a newcomer takes the place of the least used,
-//! whose count goes to `others`), strings cut to [`MAX_TEXT`] bytes.
+//! whose count goes to `others`), strings cut to [`MAX_TEXT`] bytes,
+//! [`MAX_GROUPS`] groups: an entry is at most ~3 KiB, and only resources the
+//! table knows to be skewed can be marked (a client cannot make APIs up).
 
 pub mod als;
+pub mod persist;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,6 +30,8 @@ pub const MAX_APIS: usize = 4096;
 pub const MAX_CLIENTS: usize = 32;
 /// Longest identity, user agent or address kept.
 pub const MAX_TEXT: usize = 256;
+/// Groups kept of a certificate's identity.
+pub const MAX_GROUPS: usize = 8;
 /// Apiservers remembered per client and API.
 const MAX_ANSWERED_BY: usize = 8;
 
@@ -101,6 +106,8 @@ pub struct ApiUse {
 struct Inner {
     apis: HashMap<String, ApiUse>,
     dropped: u64,
+    /// Bumped by every count: whether there is anything new to save.
+    generation: u64,
 }
 
 /// Every API's clients, shared by the access log service and the operator
@@ -108,7 +115,7 @@ struct Inner {
 #[derive(Debug)]
 pub struct Usage {
     inner: Mutex<Inner>,
-    /// When counting began (this process, or the state it restored).
+    /// When counting began (this process, or the counts it restored).
     pub since: SystemTime,
 }
 
@@ -116,6 +123,17 @@ impl Default for Usage {
     fn default() -> Self {
         Usage { inner: Mutex::default(), since: SystemTime::now() }
     }
+}
+
+/// The counts as saved beside the state file ([`persist`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Saved {
+    #[serde(with = "rfc3339")]
+    pub since: SystemTime,
+    pub apis: std::collections::BTreeMap<String, ApiUse>,
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 fn cut(mut s: String) -> String {
@@ -131,7 +149,7 @@ fn cut(mut s: String) -> String {
 
 fn cut_who(who: Who) -> Who {
     match who {
-        Who::Certificate { user, groups } => Who::Certificate { user: cut(user), groups: groups.into_iter().take(16).map(cut).collect() },
+        Who::Certificate { user, groups } => Who::Certificate { user: cut(user), groups: groups.into_iter().take(MAX_GROUPS).map(cut).collect() },
         Who::TokenClaim { subject } => Who::TokenClaim { subject: cut(subject) },
         Who::Unidentified => Who::Unidentified,
     }
@@ -141,15 +159,17 @@ impl Usage {
     /// Counts one request; `false` when its API did not fit.
     pub fn record(&self, u: Use) -> bool {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !inner.apis.contains_key(&u.api) && inner.apis.len() >= MAX_APIS {
+        let name = cut(u.api);
+        if !inner.apis.contains_key(&name) && inner.apis.len() >= MAX_APIS {
             inner.dropped += 1;
             return false;
         }
+        inner.generation += 1;
         let who = cut_who(u.who);
         let user_agent = cut(u.user_agent);
-        let api = inner.apis.entry(cut(u.api)).or_default();
-        let client = match api.clients.iter().position(|c| c.who == who && c.user_agent == user_agent) {
-            Some(i) => api.clients.get_mut(i),
+        let api = inner.apis.entry(name).or_default();
+        let i = match api.clients.iter().position(|c| c.who == who && c.user_agent == user_agent) {
+            Some(i) => i,
             None => {
                 if api.clients.len() >= MAX_CLIENTS {
                     // The least used (the oldest of those) makes room.
@@ -159,10 +179,10 @@ impl Usage {
                     }
                 }
                 api.clients.push(ClientUse { who, user_agent, source: String::new(), count: 0, first_seen: u.at, last_seen: u.at, answered_by: Vec::new() });
-                api.clients.last_mut()
+                api.clients.len() - 1
             }
         };
-        if let Some(c) = client {
+        if let Some(c) = api.clients.get_mut(i) {
             c.count += 1;
             c.last_seen = c.last_seen.max(u.at);
             c.first_seen = c.first_seen.min(u.at);
@@ -175,6 +195,32 @@ impl Usage {
             }
         }
         true
+    }
+
+    /// Counts restored from `saved`, held to this build's bounds.
+    pub fn restored(saved: Saved) -> Usage {
+        let mut apis = HashMap::new();
+        for (api, mut u) in saved.apis.into_iter().take(MAX_APIS) {
+            u.clients.sort_by_key(|c| std::cmp::Reverse(c.count));
+            let gone: u64 = u.clients.iter().skip(MAX_CLIENTS).map(|c| c.count).sum();
+            u.clients.truncate(MAX_CLIENTS);
+            for c in &mut u.clients {
+                c.who = cut_who(c.who.clone());
+                c.user_agent = cut(std::mem::take(&mut c.user_agent));
+                c.source = cut(std::mem::take(&mut c.source));
+                c.answered_by.truncate(MAX_ANSWERED_BY);
+            }
+            u.others += gone;
+            apis.insert(cut(api), u);
+        }
+        Usage { inner: Mutex::new(Inner { apis, dropped: saved.dropped, generation: 0 }), since: saved.since }
+    }
+
+    /// The counts to save, and their generation; `None` if nothing changed
+    /// since `after`.
+    pub fn to_save(&self, after: u64) -> Option<(u64, Saved)> {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (inner.generation != after).then(|| (inner.generation, Saved { since: self.since, apis: inner.apis.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), dropped: inner.dropped }))
     }
 
     /// An API's clients seen within `window` of `now`, most used first.
