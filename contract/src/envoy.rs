@@ -108,6 +108,15 @@ pub const SKEW_METADATA_KEY: &str = "skew";
 /// The gRPC access log's `log_name`.
 pub const SKEW_LOG_NAME: &str = "mvp-skew";
 
+/// The `Warning` a response for a resource only apiservers older than the
+/// newest release serve carries (`RouterConfig::warn_on_skew`), in kube's
+/// format (`299 - "…"`, what kubectl prints and client-go's warning
+/// handlers see). The wasm build leaves it as this property, which its
+/// pinned routes add to the response (`%FILTER_STATE(…)%`); the native
+/// build adds it itself in its response hook.
+pub const WARNING_PROPERTY: &str = "mvp_warning";
+pub const WARNING_FILTER_STATE: &str = "wasm.mvp_warning";
+
 /// The native build's load balancer for the apiserver clusters (its
 /// `lb_policy_name`), served over CDS to an Envoy whose node metadata names
 /// the module ([`NODE_NATIVE_MODULE`]).

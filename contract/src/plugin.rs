@@ -33,6 +33,10 @@ pub struct RouterConfig {
     /// (`mvp_contract::envoy::SKEW_PROPERTY`) for the skew access log.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub record_skew: bool,
+    /// Warn a client whose request names a resource only apiservers older
+    /// than the newest release serve (`mvp_contract::envoy::WARNING_PROPERTY`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warn_on_skew: bool,
     /// Hold a request the table can only answer with the 503 Status (every
     /// apiserver that serves it is closed, or not read yet) until
     /// mvp-ext-proc publishes a newer table, instead of answering at once:
@@ -99,7 +103,7 @@ pub struct RefresherConfig {
 
 impl Default for RouterConfig {
     fn default() -> Self {
-        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, record_skew: false, hold: None }
+        RouterConfig { route_header: default_route_header(), identity: None, export_route_key: false, record_skew: false, warn_on_skew: false, hold: None }
     }
 }
 
@@ -216,7 +220,7 @@ mod tests {
     fn parses_both_roles_and_rejects_bad_config() {
         assert_eq!(
             PluginConfig::parse(br#"{"role":"router","route_header":"x-mvp-route"}"#).unwrap(),
-            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, record_skew: false, hold: None })
+            PluginConfig::Router(RouterConfig { route_header: "x-mvp-route".into(), identity: None, export_route_key: false, record_skew: false, warn_on_skew: false, hold: None })
         );
         let r = PluginConfig::parse(br#"{"role":"refresher","cluster":"mvp_ext_proc"}"#).unwrap();
         assert_eq!(
@@ -261,6 +265,7 @@ mod tests {
             }),
             PluginConfig::Router(RouterConfig { export_route_key: true, ..RouterConfig::default() }),
             PluginConfig::Router(RouterConfig { record_skew: true, ..RouterConfig::default() }),
+            PluginConfig::Router(RouterConfig { warn_on_skew: true, ..RouterConfig::default() }),
             PluginConfig::Router(RouterConfig { hold: Some(HoldConfig::default()), ..RouterConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { poll_interval_ms: 100, ..RefresherConfig::default() }),
             PluginConfig::Refresher(RefresherConfig { wait_ms: 0, ..RefresherConfig::default() }),

@@ -130,6 +130,13 @@ pub trait Host {
     fn mark_skew(&self, record: &[u8]) -> Result<(), HostError> {
         self.set_property(mvp_contract::envoy::SKEW_PROPERTY, record)
     }
+    /// Adds `warning` (a `Warning` header's value) to the request's
+    /// response: the wasm build's way, a property its pinned routes add
+    /// (proxy-wasm's response callback would cost every request a VM
+    /// crossing); the native build adds it in its response hook.
+    fn warn_client(&self, warning: &[u8]) -> Result<(), HostError> {
+        self.set_property(mvp_contract::envoy::WARNING_PROPERTY, warning)
+    }
     /// Answers the current request with `status` and no body (Envoy's local
     /// reply, whose mapper writes kube's Status), `details` its response
     /// code details (no spaces). The request goes no further.

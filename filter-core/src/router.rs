@@ -105,6 +105,18 @@ impl Router {
         if self.config.record_skew && crate::skew::is_skewed(&key, &decision, table.all()) {
             self.mark_skew(host, &key);
         }
+        // And a warning for what only older releases serve.
+        if self.config.warn_on_skew
+            && let Decision::Pinned { set, .. } | Decision::LastResort { set, .. } = decision
+            && matches!(key, RouteKey::Resource { .. })
+            && table.only_older(set)
+            && let Ok(mut buf) = self.key_buf.try_borrow_mut()
+        {
+            crate::skew::write_warning(&key, table.newest_release(), &mut buf);
+            if let Err(e) = host.warn_client(&buf) {
+                host.log(LogLevel::Warn, &format!("mvp router: warning a client: {e}"));
+            }
+        }
         if let Decision::Unavailable { .. } = decision
             && let Some(holds) = &self.holds
             && holds.hold(host, context, table.version(), self.claim(host, end_of_stream))

@@ -370,3 +370,31 @@ fn marks_requests_for_skewed_resources_only() {
         }
     }
 }
+
+/// A resource only members older than the newest release serve gets the
+/// warning; one a newer member serves too does not; none unless asked.
+#[test]
+fn warns_of_what_only_older_releases_serve() {
+    let refresher = FakeHost::default();
+    let mut t = sample();
+    t.apiservers[0].older = true;
+    t.newest_release = "1.37".into();
+    publish(&refresher, &NewTable { version: t.version, encoded: t.encode_to_vec() }).unwrap();
+    for warn_on_skew in [true, false] {
+        let router = Router::new(RouterConfig { warn_on_skew, ..RouterConfig::default() }, &refresher.sibling());
+        for (path, warned) in [
+            ("/apis/apps/v1/namespaces/ns/deployments/d/scale", true),
+            ("/apis/apps/v1/namespaces/ns/deployments", false),
+            ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims", false),
+            ("/apis/apps/v1", false),
+        ] {
+            let request = refresher.sibling().with_path(path);
+            router.on_request_headers(&request, 1, true);
+            let got = request.properties.borrow().get("mvp_warning").cloned();
+            assert_eq!(got.is_some(), warned && warn_on_skew, "{path} (warn_on_skew {warn_on_skew})");
+            if let Some(w) = got {
+                assert!(w.starts_with(b"299 - \"apps/v1 deployments/scale is served only by kube-apiservers older than 1.37"), "{}", String::from_utf8_lossy(&w));
+            }
+        }
+    }
+}

@@ -86,6 +86,30 @@ fn json_string_field(json: &[u8], name: &[u8]) -> Option<Vec<u8>> {
     (value.len() <= MAX_SUBJECT && rest.get(end) == Some(&b'"') && clean).then(|| value.to_vec())
 }
 
+/// The `Warning` header's value for a resource only apiservers older than
+/// `newest` serve, in kube's format (`299 - "…"`).
+pub fn write_warning(key: &RouteKey<'_>, newest: &str, out: &mut Vec<u8>) {
+    out.clear();
+    let RouteKey::Resource { group, version, resource, subresource } = *key else { return };
+    out.extend_from_slice(b"299 - \"");
+    if !group.is_empty() {
+        out.extend_from_slice(group);
+        out.push(b'/');
+    }
+    out.extend_from_slice(version);
+    out.push(b' ');
+    out.extend_from_slice(resource);
+    if !subresource.is_empty() {
+        out.push(b'/');
+        out.extend_from_slice(subresource);
+    }
+    out.extend_from_slice(b" is served only by kube-apiservers older than ");
+    out.extend_from_slice(newest.as_bytes());
+    out.extend_from_slice(b": unavailable once the upgrade to ");
+    out.extend_from_slice(newest.as_bytes());
+    out.extend_from_slice(b" finishes\"");
+}
+
 #[cfg(test)]
 #[path = "skew_tests.rs"]
 mod tests;

@@ -1,3 +1,6 @@
+//! Tests of `skew.rs`.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
 use base64::Engine;
 
@@ -39,4 +42,13 @@ fn the_record_is_the_label_a_tab_and_the_subject() {
     assert_eq!(out, b"apps/v1/deployments/scale\tsystem:serviceaccount:a:b");
     write_record(&key, None, &mut out);
     assert_eq!(out, b"apps/v1/deployments/scale\t");
+}
+
+#[test]
+fn the_warning_is_in_kubes_format() {
+    let mut out = Vec::new();
+    write_warning(&RouteKey::Resource { group: b"flowcontrol.apiserver.k8s.io", version: b"v1beta3", resource: b"flowschemas", subresource: b"" }, "1.37", &mut out);
+    assert_eq!(String::from_utf8(out.clone()).unwrap(), r#"299 - "flowcontrol.apiserver.k8s.io/v1beta3 flowschemas is served only by kube-apiservers older than 1.37: unavailable once the upgrade to 1.37 finishes""#);
+    write_warning(&RouteKey::Resource { group: b"", version: b"v1", resource: b"pods", subresource: b"eviction" }, "1.37", &mut out);
+    assert!(out.starts_with(b"299 - \"v1 pods/eviction is served only"));
 }

@@ -88,3 +88,28 @@ async fn kubectl_api_resources_lists_old_only_and_new_only_resources() {
         }
     }
 }
+
+/// During an upgrade, a resource only apiservers older than the newest
+/// release serve answers with kube's `Warning` (kubectl prints it, as it
+/// prints kube's deprecation warnings): once the upgrade finishes nobody
+/// serves it. A resource a newest member serves gets none.
+#[tokio::test]
+async fn kubectl_prints_the_warning_for_what_only_older_releases_serve() {
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    let config = kubeconfig(door.dir.path(), &door.url(""));
+    let kubectl = kubectl_137().unwrap();
+    let raw = |path: &str| {
+        let out = Command::new(&kubectl).arg("--kubeconfig").arg(&config).args(["get", "--raw", path]).env("KUBECACHEDIR", door.dir.path().join("cache")).output().unwrap();
+        assert!(out.status.success(), "{path}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = raw("/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas");
+    assert!(
+        stderr.contains("Warning: flowcontrol.apiserver.k8s.io/v1beta3 flowschemas is served only by kube-apiservers older than 1.37: unavailable once the upgrade to 1.37 finishes"),
+        "{stderr}"
+    );
+    for path in ["/apis/lifecycle.k8s.io/v1alpha1/evictionrequests", "/api/v1/namespaces/default/pods", "/apis"] {
+        let stderr = raw(path);
+        assert!(!stderr.contains("Warning"), "{path}: {stderr}");
+    }
+}

@@ -97,6 +97,16 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(filter: En
         if hold::any_parked() {
             hold::unpark(filter);
         }
+        crate::warn::forget(filter);
+    })
+}
+
+/// A response's headers: the stream's `Warning`, if it has one.
+#[unsafe(no_mangle)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(filter: EnvoyPtr, _module: ModulePtr, _end_of_stream: bool) -> u32 {
+    guard(0, || {
+        crate::warn::on_response_headers(filter);
+        0
     })
 }
 
@@ -118,7 +128,6 @@ macro_rules! nothing_hooks {
 continue_hooks! {
     envoy_dynamic_module_on_http_filter_request_body(_f: EnvoyPtr, _m: ModulePtr, _eos: bool),
     envoy_dynamic_module_on_http_filter_request_trailers(_f: EnvoyPtr, _m: ModulePtr),
-    envoy_dynamic_module_on_http_filter_response_headers(_f: EnvoyPtr, _m: ModulePtr, _eos: bool),
     envoy_dynamic_module_on_http_filter_response_body(_f: EnvoyPtr, _m: ModulePtr, _eos: bool),
     envoy_dynamic_module_on_http_filter_response_trailers(_f: EnvoyPtr, _m: ModulePtr),
     envoy_dynamic_module_on_http_filter_local_reply(_f: EnvoyPtr, _m: ModulePtr, _code: u32, _details: EnvoyBuffer, _reset: bool),

@@ -203,6 +203,12 @@ impl Host for NativeHost<'_> {
         Ok(())
     }
 
+    /// Kept for the response hook (`warn.rs`).
+    fn warn_client(&self, warning: &[u8]) -> Result<(), HostError> {
+        let filter = self.request()?;
+        crate::warn::keep(filter, warning).then_some(()).ok_or(HostError(SET_STATE))
+    }
+
     fn send_local_reply(&self, status_code: u32, details: &str) -> Result<(), HostError> {
         let filter = self.request()?;
         // No body, no headers: the local reply mapper writes the Status.

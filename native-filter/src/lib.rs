@@ -28,3 +28,4 @@ mod lb;
 mod pin;
 mod process;
 mod refresher;
+mod warn;

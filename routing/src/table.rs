@@ -30,6 +30,7 @@ pub enum TableError {
     TooManyApiservers(usize),
     ZeroVersion,
     BadAddress(String),
+    BadRelease(String),
 }
 
 impl std::fmt::Display for TableError {
@@ -41,6 +42,7 @@ impl std::fmt::Display for TableError {
             }
             TableError::ZeroVersion => write!(f, "routing table has version 0"),
             TableError::BadAddress(a) => write!(f, "apiserver address {a:?} is not IP:port"),
+            TableError::BadRelease(r) => write!(f, "newest release {r:?} is not MAJOR.MINOR"),
         }
     }
 }
@@ -116,9 +118,24 @@ pub struct RouteTable {
     /// `/openapi/v3/{key}` → the servers whose index lists it.
     openapi_v3: HashMap<Box<[u8]>, ServerSet>,
     upstreams: HashMap<ServerSet, Upstreams>,
+    /// Members on a release older than the newest (`Apiserver.older`).
+    older: ServerSet,
+    /// The newest release while some member is older (`1.37`), else empty.
+    newest_release: Box<str>,
 }
 
 impl RouteTable {
+    /// Whether only members older than the newest release serve `set`:
+    /// what the finished upgrade takes away.
+    pub fn only_older(&self, set: ServerSet) -> bool {
+        set != 0 && self.older != 0 && set & !self.older == 0
+    }
+
+    /// The newest member release while some member is older (`1.37`).
+    pub fn newest_release(&self) -> &str {
+        &self.newest_release
+    }
+
     pub fn version(&self) -> u64 {
         self.version
     }
@@ -148,8 +165,16 @@ impl RouteTable {
         } else {
             (1u64 << n) - 1
         };
+        // Words for a client's warning: digits and dots only, or no table.
+        let release = &t.newest_release;
+        if release.len() > 16 || !release.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            return Err(TableError::BadRelease(release.chars().take(32).collect()));
+        }
+        let older = t.apiservers.iter().enumerate().filter(|(_, a)| a.older).fold(0, |set, (i, _)| set | u32::try_from(i).ok().and_then(|i| 1u64.checked_shl(i)).unwrap_or(0));
         let mut table = RouteTable {
             version: t.version,
+            older: if release.is_empty() { 0 } else { older },
+            newest_release: release.as_str().into(),
             all,
             all_open: t.apiservers.iter().all(|a| !a.closed),
             pending: t.apiservers.iter().any(|a| a.closed && a.pending),

@@ -100,3 +100,23 @@ fn closed_members_get_no_request_and_alone_give_the_unavailable_answer() {
     // Nobody serves it: still the apiserver's own 404 through round robin.
     assert_eq!(values(t.resource_upstreams(b"nope", b"v1", b"x", b"")), Vec::<String>::new());
 }
+
+/// What only members older than the newest release serve; a malformed
+/// release rejects the table.
+#[test]
+fn only_older_members_serve_what_the_upgrade_takes_away() {
+    let mut p = sample();
+    p.apiservers[0].older = true;
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert!(!t.only_older(0b001), "no newest release named: nothing is older");
+    p.newest_release = "1.37".into();
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(t.newest_release(), "1.37");
+    assert!(t.only_older(0b001));
+    assert!(!t.only_older(0b011), "b is not older");
+    assert!(!t.only_older(0));
+    for bad in ["1.37\"", "v1.37", "1.37 x", "11111111111111111"] {
+        p.newest_release = bad.into();
+        assert!(matches!(RouteTable::from_proto(&p), Err(TableError::BadRelease(_))), "{bad}");
+    }
+}

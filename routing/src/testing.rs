@@ -13,6 +13,7 @@ pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
         closed: false,
         pending: false,
         draining: false,
+        older: false,
     }
 }
 
@@ -22,6 +23,7 @@ pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
 pub fn sample() -> pb::RoutingTable {
     pb::RoutingTable {
         version: 7,
+        newest_release: String::new(),
         apiservers: vec![
             server("a", "127.0.0.1:1001", true),
             server("b", "127.0.0.1:1002", true),

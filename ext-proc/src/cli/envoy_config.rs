@@ -75,6 +75,11 @@ pub(super) struct EnvoyConfigArgs {
     /// APIs every apiserver serves are not logged.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
     record_skew: bool,
+    /// Add a `Warning: 299 - "…"` (kube's format: kubectl prints it) to a
+    /// response for a resource only apiservers older than the newest
+    /// release serve — gone once the upgrade finishes.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
+    warn_on_skew: bool,
     /// How often Envoy's refresher asks mvp-ext-proc for a table when its
     /// last call failed. Otherwise it long-polls: mvp-ext-proc holds each
     /// call until it publishes a newer table, so a table reaches Envoy the
@@ -275,6 +280,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
         record_skew: a.record_skew,
+        warn_on_skew: a.warn_on_skew,
         request_headers_timeout: a.request_headers_timeout,
         max_heap_bytes: a.max_heap,
         cgroup_memory_monitor: match a.cgroup_memory_monitor.as_str() {

@@ -13,6 +13,7 @@ pub mod capabilities;
 mod fetch;
 pub mod known;
 pub mod openapi;
+pub mod release;
 pub mod transport;
 pub mod unaggregated;
 

@@ -182,6 +182,8 @@ pub fn http_filters(o: &EnvoyConfigOptions, forwards_identity: bool) -> Vec<Valu
         export_route_key: o.access_log,
         // Requests for skewed APIs marked for the skew log.
         record_skew: o.record_skew,
+        // A Warning for what only older releases serve.
+        warn_on_skew: o.warn_on_skew,
         // Requests only closed apiservers serve wait (bounded) for the
         // table that opens one, asking the first replica like the refresher.
         hold: (!o.hold_unavailable.is_zero()).then(|| HoldConfig {

@@ -209,6 +209,7 @@ pub fn http_connection_manager(o: &EnvoyConfigOptions, forwards_identity: bool) 
                     forwards_identity.then(|| o.requestheader.username_header()),
                     o.ext_proc.len() > 1,
                     matches!(o.filter, FilterBuild::Wasm(_)),
+                    o.warn_on_skew,
                     &routes::Timeouts::new(o.request_timeout, o.read_idle_timeout),
                 ),
                 // Enough of a body to resend anything kube would accept to

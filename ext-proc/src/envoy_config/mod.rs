@@ -73,6 +73,9 @@ pub struct EnvoyConfigOptions {
     /// Requests for skewed APIs marked and logged to mvp-ext-proc
     /// ([`skew_log`]), for `readiness`'s clients.
     pub record_skew: bool,
+    /// A `Warning` on responses for resources only apiservers older than
+    /// the newest release serve.
+    pub warn_on_skew: bool,
     /// Longest a client may take to send its request headers
     /// ([`edge::hcm_options`]; zero: no bound).
     pub request_headers_timeout: Duration,

@@ -22,6 +22,7 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         requestheader: RequestHeaderNames::default(),
         access_log: true,
         record_skew: true,
+        warn_on_skew: true,
         request_headers_timeout: Duration::from_secs(10),
         max_heap_bytes: 2 << 30,
         cgroup_memory_monitor: true,

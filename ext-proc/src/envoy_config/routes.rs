@@ -2,7 +2,7 @@
 //! `/openapi/v3` index) through ext_proc, one route per number of
 //! apiservers the filter pinned a request to, and the default route.
 
-use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, EXT_PROC_FILTER, http1_twin};
+use mvp_contract::envoy::{APISERVERS_CLUSTER, APISERVERS_REQUESTHEADER_CLUSTER, EXT_PROC_FALLBACK_FILTER, EXT_PROC_FILTER, WARNING_FILTER_STATE, http1_twin};
 use mvp_contract::headers::{DISCOVERY_RESULT, ROUTE, UNAVAILABLE, UNAVAILABLE_DOCUMENT};
 use mvp_contract::limits::{MAX_LISTED_APISERVERS, UNPINNED_RETRIES};
 use serde_json::{Value, json};
@@ -111,13 +111,26 @@ fn hosts_regex(k: usize) -> String {
 /// `per_list`: the routes per number of listed apiservers, for the wasm
 /// build (its route header); the native build pins by override host and
 /// its balancer, and matches only the others.
-pub fn routes(identity_header: Option<&str>, fallback: bool, per_list: bool, t: &Timeouts) -> Vec<Value> {
+/// `warn`: the per-list routes add the filter's `Warning`
+/// (`WARNING_FILTER_STATE`) to the response — only they: the requests they
+/// match are the pinned ones, the only ones ever warned.
+pub fn routes(identity_header: Option<&str>, fallback: bool, per_list: bool, warn: bool, t: &Timeouts) -> Vec<Value> {
     let mut out = vec![malformed_authority(), unavailable(), unavailable_document()];
     if let Some(header) = identity_header {
-        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header), fallback, per_list, t));
+        out.extend(route_set(APISERVERS_REQUESTHEADER_CLUSTER, Some(header), fallback, per_list, warn, t));
     }
-    out.extend(route_set(APISERVERS_CLUSTER, None, fallback, per_list, t));
+    out.extend(route_set(APISERVERS_CLUSTER, None, fallback, per_list, warn, t));
     out
+}
+
+/// The wasm build's warning, from the property the filter set; a request
+/// without one gets no header (an empty value is not added).
+fn warning() -> Value {
+    json!([{
+        "header": {"key": "warning", "value": format!("%FILTER_STATE({WARNING_FILTER_STATE}:PLAIN)%")},
+        "append_action": "APPEND_IF_EXISTS_OR_ADD",
+        "keep_empty_value": false,
+    }])
 }
 
 /// A request with more than one `Host` (Envoy joins them with a comma into
@@ -153,7 +166,7 @@ fn unavailable_document() -> Value {
     })
 }
 
-fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_list: bool, t: &Timeouts) -> Vec<Value> {
+fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_list: bool, warn: bool, t: &Timeouts) -> Vec<Value> {
     let all = UNPINNED_RETRIES;
     // Header matchers, absent (null, dropped when rendered) when there are none.
     let with_identity = |mut headers: Vec<Value>| {
@@ -216,7 +229,11 @@ fn route_set(cluster: &str, identity_header: Option<&str>, fallback: bool, per_l
     for k in (1..=MAX_LISTED_APISERVERS).filter(|_| per_list) {
         let hosts = json!({"name": ROUTE, "string_match": {"safe_regex": {"regex": hosts_regex(k)}}});
         for (headers, cluster, retry, idle) in variants(vec![hosts]) {
-            routes.push(json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, k - 1, retry, t, idle)}));
+            let mut route = json!({"match": {"prefix": "/", "headers": with_identity(headers)}, "route": to_apiservers(cluster, k - 1, retry, t, idle)});
+            if warn && let Some(r) = route.as_object_mut() {
+                r.insert("response_headers_to_add".into(), warning());
+            }
+            routes.push(route);
         }
     }
     for (headers, cluster, retry, idle) in variants(vec![]) {
@@ -235,7 +252,7 @@ mod tests {
 
     #[test]
     fn pinned_requests_retry_only_within_their_list() {
-        let r = routes(None, false, true, &t());
+        let r = routes(None, false, true, false, &t());
         let m = MERGED_PATHS.len();
         let set = m + 3 * (MAX_LISTED_APISERVERS + 1);
         // A malformed authority's 400 first, then the two unavailable
@@ -247,7 +264,7 @@ mod tests {
         assert_eq!(r[1]["response_headers_to_add"][0]["header"]["key"], "retry-after");
         assert_eq!((r[2]["direct_response"]["status"].as_u64(), r[2]["match"]["headers"][0]["string_match"]["exact"].as_str()), (Some(503), Some(UNAVAILABLE_DOCUMENT)));
         assert!(r[2]["response_headers_to_add"].is_null(), "no Retry-After on documents");
-        let with_identity = routes(Some("x-remote-user"), false, true, &t());
+        let with_identity = routes(Some("x-remote-user"), false, true, false, &t());
         assert_eq!(with_identity.len(), u + 2 * set);
         assert_eq!(with_identity[u]["route"]["cluster"], mvp_contract::envoy::APISERVERS_REQUESTHEADER_HTTP1_CLUSTER, "a merged document");
         assert_eq!(with_identity[u]["match"]["headers"][0]["name"], "x-remote-user");
@@ -274,14 +291,14 @@ mod tests {
     /// or re-sent by it.
     #[test]
     fn only_merged_documents_have_the_idle_bound() {
-        let r = routes(None, false, true, &t());
+        let r = routes(None, false, true, false, &t());
         for route in r.iter().filter(|r| r.get("route").is_some()) {
             let idle = &route["route"]["retry_policy"]["per_try_idle_timeout"];
             let merged = route["match"].get("path").is_some();
             assert_eq!(route["route"]["timeout"], "70.000s", "{route}");
             assert_eq!(*idle == "20.000s", merged, "{route}");
         }
-        let none = routes(None, false, true, &Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::ZERO));
+        let none = routes(None, false, true, false, &Timeouts::new(std::time::Duration::from_secs(70), std::time::Duration::ZERO));
         assert!(none.iter().all(|r| r["route"]["retry_policy"]["per_try_idle_timeout"].is_null()));
     }
 
@@ -293,7 +310,7 @@ mod tests {
     fn upgrades_and_only_upgrades_go_to_the_http1_twins() {
         use mvp_contract::envoy::{APISERVERS_HTTP1_CLUSTER, APISERVERS_REQUESTHEADER_HTTP1_CLUSTER};
         for per_list in [true, false] {
-            let r = routes(Some("x-remote-user"), false, per_list, &t());
+            let r = routes(Some("x-remote-user"), false, per_list, false, &t());
             let mut seen_upgrade_last = false;
             for route in r.iter().filter(|r| r.get("route").is_some()) {
                 let headers = route["match"]["headers"].as_array().cloned().unwrap_or_default();
@@ -324,7 +341,7 @@ mod tests {
     /// it matches no per-list route, and is not made to walk them.
     #[test]
     fn the_native_build_has_no_per_list_routes() {
-        let r = routes(None, false, false, &t());
+        let r = routes(None, false, false, false, &t());
         assert_eq!(r.len(), 3 + MERGED_PATHS.len() + 3);
         assert!(r.iter().all(|route| route["match"]["headers"].as_array().is_none_or(|h| h.iter().all(|h| h["name"] != ROUTE || route.get("direct_response").is_some()))));
     }
@@ -333,5 +350,19 @@ mod tests {
     fn regex_lite(re: &str) -> impl Fn(&str) -> bool {
         let commas = if re == "^[^,]+$" { 0 } else { re.trim_end_matches("}$").rsplit('{').next().unwrap().parse().unwrap() };
         move |s: &str| s.split(',').all(|p| !p.is_empty()) && s.matches(',').count() == commas
+    }
+
+    /// The warning rides only the pinned routes (the wasm build's), and
+    /// only when asked for.
+    #[test]
+    fn only_pinned_routes_carry_the_warning() {
+        let carries = |r: &Value| r["response_headers_to_add"].as_array().is_some_and(|a| a.iter().any(|h| h["header"]["key"] == "warning"));
+        let r = routes(None, false, true, true, &t());
+        let pinned: Vec<&Value> = r.iter().filter(|r| r["match"]["headers"].as_array().is_some_and(|h| h.iter().any(|h| h["name"] == ROUTE && h["string_match"]["safe_regex"].is_object()))).collect();
+        assert_eq!(pinned.len(), 3 * MAX_LISTED_APISERVERS);
+        assert!(pinned.iter().all(|r| carries(r)));
+        assert_eq!(r.iter().filter(|r| carries(r)).count(), pinned.len(), "no other route");
+        assert_eq!(pinned[0]["response_headers_to_add"][0]["header"]["value"], "%FILTER_STATE(wasm.mvp_warning:PLAIN)%");
+        assert!(!routes(None, false, true, false, &t()).iter().any(carries));
     }
 }

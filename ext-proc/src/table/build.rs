@@ -55,6 +55,8 @@ pub struct Member<'a> {
     pub capabilities: Option<&'a Capabilities>,
     /// Its OpenAPI documents, if read.
     pub openapi: Option<&'a ServerOpenApi>,
+    /// Its release, if read.
+    pub release: Option<crate::discover::release::Release>,
 }
 
 /// Servers without a resolved address are left out: Envoy cannot be told to
@@ -90,8 +92,11 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
             }
         }
     }
+    // The newest release, while some member runs an older one.
+    let newest = members.iter().filter_map(|m| m.release).max().filter(|n| members.iter().any(|m| m.release.is_some_and(|r| r < *n)));
     let mut table = pb::RoutingTable {
         version: 0,
+        newest_release: newest.map(|n| n.to_string()).unwrap_or_default(),
         apiservers: members
             .iter()
             .map(|s| pb::Apiserver {
@@ -101,6 +106,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                 closed: !s.open,
                 pending: !s.open && s.pending,
                 draining: !s.open && s.draining,
+                older: newest.is_some_and(|n| s.release.is_some_and(|r| r < n)),
             })
             .collect(),
         groups: groups
@@ -168,7 +174,25 @@ mod tests {
             draining: false,
             view: Some(std::sync::Arc::new(crate::discover::ServerView { capabilities: caps, groups: Default::default() })),
             openapi: None,
+            release: None,
         }
+    }
+
+    /// Members on an older release are marked, with the newest named; one
+    /// release everywhere (or none known) marks nobody.
+    #[test]
+    fn older_members_are_marked_while_releases_differ() {
+        use crate::discover::release::Release;
+        let with = |m: TableMember, r: Option<&str>| TableMember { release: r.and_then(Release::parse), ..m };
+        let a = with(member("a", 1, &[("", "v1", "pods")]), Some("v1.36.3"));
+        let b = with(member("b", 2, &[("", "v1", "pods")]), Some("v1.37.2"));
+        let c = with(member("c", 3, &[("", "v1", "pods")]), None);
+        let t = build(&[a.clone(), b.clone(), c.clone()]);
+        assert_eq!(t.newest_release, "1.37");
+        assert_eq!(t.apiservers.iter().map(|s| s.older).collect::<Vec<_>>(), [true, false, false]);
+        let same = build(&[with(a.clone(), Some("v1.37.0")), b.clone(), c]);
+        assert_eq!((same.newest_release.as_str(), same.apiservers.iter().any(|s| s.older)), ("", false));
+        assert_ne!(t.version, same.version, "a release change is a table change");
     }
 
     #[test]

@@ -229,6 +229,7 @@ mod tests {
                 })
                 .collect(),
             openapi_v3: vec![pb::OpenApiV3Route { key: "".into(), servers: 1 }],
+            newest_release: String::new(),
         }
     }
 

@@ -32,6 +32,7 @@ pub struct TableMember {
     pub draining: bool,
     pub view: Option<Arc<ServerView>>,
     pub openapi: Option<Arc<ServerOpenApi>>,
+    pub release: Option<crate::discover::release::Release>,
 }
 
 impl TableMember {
@@ -45,6 +46,7 @@ impl TableMember {
             draining: s.draining,
             view: s.view.clone(),
             openapi: s.openapi.clone(),
+            release: s.version.as_deref().and_then(crate::discover::release::Release::parse),
         }
     }
 
@@ -58,6 +60,7 @@ impl TableMember {
             draining: self.draining,
             capabilities: self.view.as_deref().map(|v| &v.capabilities),
             openapi: self.openapi.as_deref(),
+            release: self.release,
         }
     }
 }
@@ -67,7 +70,7 @@ impl PartialEq for TableMember {
         self.name == o.name
             && same(&self.view, &o.view)
             && same(&self.openapi, &o.openapi)
-            && (self.healthy, self.open, self.pending, self.draining, self.address) == (o.healthy, o.open, o.pending, o.draining, o.address)
+            && (self.healthy, self.open, self.pending, self.draining, self.address, self.release) == (o.healthy, o.open, o.pending, o.draining, o.address, o.release)
     }
 }
 
