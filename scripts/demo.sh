@@ -11,4 +11,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 scripts/build.sh >&2
-exec target/debug/demo "$@"
+exec "${CARGO_TARGET_DIR:-target}/debug/demo" "$@"

@@ -69,9 +69,10 @@ cargo build --locked --release -p mvp-native-filter >&2
 cargo build --locked -p mvp-wasm-filter --target wasm32-wasip1 --profile wasm >&2
 release=$CACHE/target-images
 CARGO_TARGET_DIR=$release cargo build --locked --release -p mvp-ext-proc --bin mvp-ext-proc -p integration --bin fake-apiserver >&2
+built=${CARGO_TARGET_DIR:-target}
 mkdir -p target/docker
-cp "$release/release/mvp-ext-proc" "$release/release/fake-apiserver" target/release/libmvp_native_filter.so \
-  target/wasm32-wasip1/wasm/mvp_wasm_filter.wasm target/docker/
+cp "$release/release/mvp-ext-proc" "$release/release/fake-apiserver" "$built/release/libmvp_native_filter.so" \
+  "$built/wasm32-wasip1/wasm/mvp_wasm_filter.wasm" target/docker/
 # Without the release profile's line tables (backtraces keep function names).
 strip --strip-debug target/docker/mvp-ext-proc target/docker/fake-apiserver target/docker/libmvp_native_filter.so
 

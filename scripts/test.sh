@@ -11,6 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # CI builds a fresh clone once: incremental state would only take disk (see [profile.dev] in Cargo.toml).
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# Cargo's build outside the work tree, like the kube builds: a fresh clone on
+# a machine that ran this before rebuilds the workspace's own crates, not
+# their dependencies. The tests find the binaries by CARGO_TARGET_DIR
+# (integration/src/harness/tools.rs); scripts/demo.sh and images.sh too.
+CACHE=${MVP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mvp-envoy}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE/target}
 
 scripts/bootstrap.sh
 scripts/build.sh
