@@ -135,6 +135,7 @@ async fn status_page(State(s): State<AdminState>) -> Response {
         states: &states.members,
         merged: merged.as_deref(),
         openapi: &openapi,
+        usage: Some(&s.usage),
     });
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }

@@ -22,6 +22,8 @@ pub struct Snapshot<'a> {
     pub states: &'a [ServerState],
     pub merged: Option<&'a MergedDocument>,
     pub openapi: &'a MergedOpenApi,
+    /// The skew log's counts: who used what the upgrade takes away.
+    pub usage: Option<&'a crate::usage::Usage>,
 }
 
 fn esc(s: &str) -> String {
@@ -136,7 +138,7 @@ code{{font-size:13px}}
     }
     out.push_str("</table></div>\n");
 
-    upgrade_section(&mut out, s.states);
+    upgrade_section(&mut out, s.states, s.usage);
 
     out.push_str("<h2>Merged documents</h2>\n<div class=\"wrap\"><table id=\"documents\"><tr><th>document</th><th>ETag</th><th>size</th><th>from</th></tr>\n");
     let short = |e: &str| esc(e.trim_matches('"').get(..16).unwrap_or(""));
@@ -154,10 +156,13 @@ code{{font-size:13px}}
 
 /// What finishing the upgrade in progress would take away (and a rollback):
 /// `mvp-ext-proc readiness` without flags, the same report.
-fn upgrade_section(out: &mut String, states: &[ServerState]) {
+fn upgrade_section(out: &mut String, states: &[ServerState], usage: Option<&crate::usage::Usage>) {
     use super::readiness::{MemberApis, Scenario, Verdict, report};
     let members: Vec<MemberApis<'_>> = states.iter().filter(|m| m.departed.is_none()).map(MemberApis::from_state).collect();
-    let Ok(r) = report(&members, &Scenario::FinishUpgrade) else { return };
+    let Ok(mut r) = report(&members, &Scenario::FinishUpgrade) else { return };
+    if let Some(u) = usage {
+        r = r.with_usage(u, std::time::SystemTime::now(), std::time::Duration::from_secs(24 * 3600));
+    }
     if r.leaving.is_empty() {
         return;
     }
@@ -176,10 +181,19 @@ fn upgrade_section(out: &mut String, states: &[ServerState]) {
     if r.lost.is_empty() && rollback.is_empty() {
         return;
     }
-    out.push_str("<div class=\"wrap\"><table id=\"readiness\"><tr><th>resource</th><th>served now by</th><th>after</th></tr>\n");
+    out.push_str("<div class=\"wrap\"><table id=\"readiness\"><tr><th>resource</th><th>served now by</th><th>after</th><th>used in 24 h by</th></tr>\n");
     for (apis, after) in [(&r.lost[..], "served by none"), (rollback, "gone on a rollback")] {
         for a in apis {
-            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{after}</td></tr>", esc(&a.api), esc(&a.served_by.join(", ")));
+            // The most frequent client, and how many there were.
+            let used = match &a.used_by {
+                Some(u) => match u.clients.first() {
+                    Some(c) if u.clients.len() > 1 => format!("{} ({} requests) and {} more", c.who, c.count, u.clients.len() - 1),
+                    Some(c) => format!("{} ({} requests)", c.who, c.count),
+                    None => format!("{} requests of clients not kept", u.others),
+                },
+                None => String::new(),
+            };
+            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{after}</td><td>{}</td></tr>", esc(&a.api), esc(&a.served_by.join(", ")), esc(&used));
         }
     }
     out.push_str("</table></div>\n");
@@ -211,7 +225,7 @@ mod tests {
         let skewed = skew(&states);
         assert_eq!(skewed.into_iter().collect::<Vec<_>>(), [("apps/v1/deployments".to_string(), vec![true, false]), ("batch/v2alpha1/cronjobs".to_string(), vec![false, true])]);
         let table = pb::RoutingTable { version: 0xabc, ..Default::default() };
-        let html = render(&Snapshot { table: &table, table_changed: SystemTime::now(), states: &states, merged: None, openapi: &MergedOpenApi::default() });
+        let html = render(&Snapshot { table: &table, table_changed: SystemTime::now(), states: &states, merged: None, openapi: &MergedOpenApi::default(), usage: None });
         assert!(html.contains("1 of 2 apiservers healthy"));
         assert!(html.contains("Skew: 2 resources"));
         assert!(html.contains("connection refused &lt;oops&gt;"), "errors are escaped");
@@ -226,9 +240,18 @@ mod tests {
         a.version = Some("v1.36.3".into());
         b.version = Some("v1.37.2".into());
         let table = pb::RoutingTable::default();
-        let html = render(&Snapshot { table: &table, table_changed: SystemTime::now(), states: &[a, b], merged: None, openapi: &MergedOpenApi::default() });
+        let usage = crate::usage::Usage::default();
+        usage.record(crate::usage::Use {
+            api: "batch/v2alpha1/cronjobs".into(),
+            who: crate::usage::Who::Certificate { user: "<alice>".into(), groups: vec![] },
+            user_agent: "kubectl".into(),
+            source: "10.0.0.9".into(),
+            answered_by: None,
+            at: SystemTime::now(),
+        });
+        let html = render(&Snapshot { table: &table, table_changed: SystemTime::now(), states: &[a, b], merged: None, openapi: &MergedOpenApi::default(), usage: Some(&usage) });
         assert!(html.contains("If the upgrade to 1.37 finished: <span class=\"bad\">1 resources served by no apiserver</span>"), "{html}");
-        assert!(html.contains("<tr><td>batch/v2alpha1 cronjobs</td><td>a</td><td>served by none</td></tr>"), "{html}");
-        assert!(html.contains("<tr><td>apps/v1 deployments</td><td>b</td><td>gone on a rollback</td></tr>"), "{html}");
+        assert!(html.contains("<tr><td>batch/v2alpha1 cronjobs</td><td>a</td><td>served by none</td><td>&lt;alice&gt; (1 requests)</td></tr>"), "{html}");
+        assert!(html.contains("<tr><td>apps/v1 deployments</td><td>b</td><td>gone on a rollback</td><td></td></tr>"), "{html}");
     }
 }
