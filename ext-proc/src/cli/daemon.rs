@@ -9,9 +9,10 @@ use clap::Args;
 
 #[derive(Args)]
 pub(super) struct DaemonArgs {
-    /// The running mvp-ext-proc's --metrics-listen address.
+    /// The running mvp-ext-proc's --metrics-listen address (`readiness`
+    /// takes one per replica and merges their answers).
     #[arg(long, default_value = "http://127.0.0.1:9090")]
-    server: String,
+    server: Vec<String>,
     /// A file holding the bearer token to present, for an mvp-ext-proc whose
     /// operator endpoints need one (`serve --authentication-kubeconfig`).
     #[arg(long, value_name = "FILE")]
@@ -23,12 +24,25 @@ pub(super) struct DaemonArgs {
 }
 
 impl DaemonArgs {
-    /// `GET path?query` on the daemon: its body when it answers 2xx, its
-    /// refusal as an error otherwise.
+    /// `GET path?query` on the one daemon asked (an error if several are).
     pub(super) fn get(&self, path: &str, query: &[(&str, &str)]) -> anyhow::Result<String> {
+        match self.server.as_slice() {
+            [one] => self.get_from(one, path, query),
+            _ => anyhow::bail!("give one --server"),
+        }
+    }
+
+    /// The same of every `--server`, in order.
+    pub(super) fn get_each(&self, path: &str, query: &[(&str, &str)]) -> anyhow::Result<Vec<String>> {
+        self.server.iter().map(|s| self.get_from(s, path, query)).collect()
+    }
+
+    /// `GET path?query` on `server`: its body when it answers 2xx, its
+    /// refusal as an error otherwise.
+    fn get_from(&self, server: &str, path: &str, query: &[(&str, &str)]) -> anyhow::Result<String> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let url = reqwest::Url::parse_with_params(&format!("{}{path}", self.server.trim_end_matches('/')), query)
-            .with_context(|| format!("--server {}: not a URL", self.server))?;
+        let url = reqwest::Url::parse_with_params(&format!("{}{path}", server.trim_end_matches('/')), query)
+            .with_context(|| format!("--server {server}: not a URL"))?;
         let (status, body) = runtime
             .block_on(async {
                 let mut client = reqwest::Client::builder().no_proxy();
@@ -46,9 +60,9 @@ impl DaemonArgs {
                 let resp = req.send().await?;
                 anyhow::Ok((resp.status(), resp.text().await?))
             })
-            .with_context(|| format!("asking mvp-ext-proc at {}", self.server))?;
+            .with_context(|| format!("asking mvp-ext-proc at {server}"))?;
         if !status.is_success() {
-            anyhow::bail!("{}: {status}: {}", self.server, body.trim());
+            anyhow::bail!("{server}: {status}: {}", body.trim());
         }
         Ok(body)
     }

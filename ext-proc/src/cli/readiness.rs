@@ -48,10 +48,14 @@ pub(super) fn readiness(a: ReadinessArgs) -> anyhow::Result<ExitCode> {
     if let Some(r) = &release {
         query.push(("release", r.as_str()));
     }
-    let body = a.daemon.get("/readiness", &query)?;
-    let report: Report = serde_json::from_str(&body).context("reading the readiness report")?;
+    let mut reports = Vec::new();
+    for body in a.daemon.get_each("/readiness", &query)? {
+        reports.push(serde_json::from_str::<Report>(&body).context("reading the readiness report")?);
+    }
+    // Replicas each count the Envoys that log to them: one report of all.
+    let Some(report) = reports.into_iter().reduce(Report::merge) else { anyhow::bail!("no --server") };
     match a.output {
-        Output::Json => println!("{body}"),
+        Output::Json => println!("{}", serde_json::to_string(&report)?),
         Output::Human => print!("{}", render(&report)),
     }
     Ok(ExitCode::from(u8::try_from(report.verdict.exit_code()).unwrap_or(1)))

@@ -110,6 +110,52 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Two replicas' reports of one question as one: the APIs of either
+    /// (their views of the members can differ for a moment), each API's
+    /// clients counted by both summed, the worse verdict.
+    pub fn merge(mut self, other: Report) -> Report {
+        fn merge_apis(mine: &mut Vec<Api>, theirs: Vec<Api>) {
+            for a in theirs {
+                match mine.iter_mut().find(|m| m.routed_by == a.routed_by) {
+                    Some(m) => m.used_by = crate::usage::ApiUse::merged(m.used_by.take(), a.used_by),
+                    None => mine.push(a),
+                }
+            }
+            mine.sort_by(|a, b| a.routed_by.cmp(&b.routed_by));
+        }
+        merge_apis(&mut self.lost, other.lost);
+        match (&mut self.lost_on_rollback, other.lost_on_rollback) {
+            (Some(mine), Some(theirs)) => merge_apis(mine, theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+        for u in other.unknown {
+            if !self.unknown.contains(&u) {
+                self.unknown.push(u);
+            }
+        }
+        let rank = |v: Verdict| match v {
+            Verdict::Ready => 0,
+            Verdict::Unknown => 1,
+            Verdict::Breaks => 2,
+        };
+        if rank(other.verdict) > rank(self.verdict) {
+            self.verdict = other.verdict;
+        }
+        if self.clients_losing.is_some() || other.clients_losing.is_some() {
+            let clients: std::collections::BTreeSet<_> =
+                self.lost.iter().flat_map(|a| a.used_by.iter().flat_map(|u| &u.clients)).map(|c| (c.who.clone(), c.user_agent.clone())).collect();
+            self.clients_losing = Some(clients.len());
+        }
+        self.usage_since = match (self.usage_since.take(), other.usage_since) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Named {
@@ -421,6 +467,26 @@ mod tests {
             report(&members, &Scenario::Remove(vec!["z".into()])),
             Err(ReadinessError::NoSuchMember { name: "z".into(), members: "a, b, c".into() })
         );
+    }
+
+    /// Two replicas' reports: each API's clients summed, the worse verdict.
+    #[test]
+    fn replicas_reports_merge() {
+        use crate::usage::{Usage, Use, Who};
+        let (old, new) = fleet();
+        let members = [member("a", "v1.36.3", Some(&old)), member("c", "v1.37.2", Some(&new))];
+        let at = std::time::SystemTime::now();
+        let seen = |n: usize, who: &str| {
+            let u = Usage::default();
+            for _ in 0..n {
+                u.record(Use { api: "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas".into(), who: Who::TokenClaim { subject: who.into() }, user_agent: "ua".into(), source: "10.0.0.1".into(), answered_by: None, at });
+            }
+            report(&members, &Scenario::FinishUpgrade).unwrap().with_usage(&u, at, std::time::Duration::from_secs(60))
+        };
+        let merged = seen(2, "x").merge(seen(3, "x")).merge(seen(1, "y"));
+        let clients = &merged.lost[0].used_by.as_ref().unwrap().clients;
+        assert_eq!(clients.iter().map(|c| (c.who.to_string(), c.count)).collect::<Vec<_>>(), [("x (token claim, unverified)".to_string(), 5), ("y (token claim, unverified)".into(), 1)]);
+        assert_eq!((merged.clients_losing, merged.verdict), (Some(2), Verdict::Breaks));
     }
 
     #[test]

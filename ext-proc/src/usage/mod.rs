@@ -102,6 +102,38 @@ pub struct ApiUse {
     pub others: u64,
 }
 
+impl ApiUse {
+    /// Two replicas' counts of one API as one (`readiness` over replicas):
+    /// a client both saw is counted by both, summed.
+    pub fn merged(a: Option<ApiUse>, b: Option<ApiUse>) -> Option<ApiUse> {
+        let (mut a, b) = match (a, b) {
+            (Some(a), Some(b)) => (a, b),
+            (a, b) => return a.or(b),
+        };
+        a.others += b.others;
+        for c in b.clients {
+            match a.clients.iter_mut().find(|m| m.who == c.who && m.user_agent == c.user_agent) {
+                Some(m) => {
+                    m.count += c.count;
+                    m.first_seen = m.first_seen.min(c.first_seen);
+                    if c.last_seen > m.last_seen {
+                        m.last_seen = c.last_seen;
+                        m.source = c.source;
+                    }
+                    for s in c.answered_by {
+                        if !m.answered_by.contains(&s) {
+                            m.answered_by.push(s);
+                        }
+                    }
+                }
+                None => a.clients.push(c),
+            }
+        }
+        a.clients.sort_by(|x, y| y.count.cmp(&x.count).then(y.last_seen.cmp(&x.last_seen)));
+        Some(a)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     apis: HashMap<String, ApiUse>,
