@@ -43,6 +43,14 @@ pub enum Variant {
     /// upgrades). Its plain door is (11): no filter routes by path. Counted
     /// only.
     NativeUnpinned,
+    /// (14) door (12) without the skew log and the warnings
+    /// (`envoy-config --record-skew=false --warn-on-skew=false`): what they
+    /// cost a request every apiserver serves. Counted only.
+    NativeUnpinnedQuiet,
+    /// (15) door (9) (pinned: a resource only some apiservers serve, so
+    /// marked and logged) without the skew log and the warnings: what
+    /// recording costs a skewed request. Counted only.
+    NativeQuiet,
 }
 
 impl Variant {
@@ -63,6 +71,8 @@ impl Variant {
             Variant::Native,
             Variant::NoFilterNativeRoutes,
             Variant::NativeUnpinned,
+            Variant::NativeUnpinnedQuiet,
+            Variant::NativeQuiet,
         ]
     }
 
@@ -87,6 +97,8 @@ impl Variant {
             Variant::Native => "native",
             Variant::NoFilterNativeRoutes => "no-filter-native-routes",
             Variant::NativeUnpinned => "native-unpinned",
+            Variant::NativeUnpinnedQuiet => "native-unpinned-quiet",
+            Variant::NativeQuiet => "native-quiet",
         }
     }
 
@@ -102,6 +114,8 @@ impl Variant {
             Variant::Native => "Envoy + mvp filter as a native dynamic module",
             Variant::NoFilterNativeRoutes => "Envoy, no filter, with the native build's routes",
             Variant::NativeUnpinned => "Envoy + mvp filter as a native dynamic module, a resource every apiserver serves (not pinned)",
+            Variant::NativeUnpinnedQuiet => "the same without the skew log and the warnings",
+            Variant::NativeQuiet => "the native door, pinned, without the skew log and the warnings",
         }
     }
 
@@ -122,19 +136,21 @@ impl Variant {
             (Variant::NoFilterNativeRoutes, _) => 11,
             (Variant::NativeUnpinned, false) => 12,
             (Variant::NativeUnpinned, true) => 13,
+            (Variant::NativeUnpinnedQuiet, _) => 14,
+            (Variant::NativeQuiet, _) => 15,
         }
     }
 
     /// Whether the door loads the routing table (its Envoy is ready once
     /// the refresher announced one).
     pub fn loads_table(&self) -> bool {
-        matches!(self, Variant::Wasm | Variant::Native | Variant::NativeUnpinned)
+        matches!(self, Variant::Wasm | Variant::Native | Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::NativeQuiet)
     }
 
     /// The filter build its bootstrap is rendered with.
     pub fn filter_build(&self) -> integration::harness::FilterBuild {
         match self {
-            Variant::Native | Variant::NoFilterNativeRoutes | Variant::NativeUnpinned => integration::harness::FilterBuild::Native,
+            Variant::Native | Variant::NoFilterNativeRoutes | Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::NativeQuiet => integration::harness::FilterBuild::Native,
             _ => integration::harness::FilterBuild::Wasm,
         }
     }
@@ -150,13 +166,13 @@ impl Variant {
     /// Whether it routes by the route header (the native build pins by
     /// upstream override host: no header reaches the upstream).
     pub fn routes_by_header(&self) -> bool {
-        self.routes() && !matches!(self, Variant::Native | Variant::NativeUnpinned)
+        self.routes() && !matches!(self, Variant::Native | Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::NativeQuiet)
     }
 
     /// Whether its requests name a resource every apiserver serves (else one
     /// only some serve: pinned).
     pub fn unpinned(&self) -> bool {
-        *self == Variant::NativeUnpinned
+        matches!(self, Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet)
     }
 
     /// `router_port`: where the `ext-proc-router` of variant (5) listens.
@@ -169,10 +185,12 @@ impl Variant {
             Variant::NoFilter => {
                 remove_filter(hcm, "mvp.route");
                 remove_ext_proc(hcm);
+                remove_skew_log(hcm);
             }
             Variant::NoFilterNativeRoutes => {
                 remove_filter(hcm, "mvp.route");
                 remove_ext_proc(hcm);
+                remove_skew_log(hcm);
                 // No module at all: no refresher, and the node does not ask
                 // mvp-ext-proc for the module's balancer (plain round robin).
                 if let Some(c) = config.as_object_mut() {
@@ -183,6 +201,19 @@ impl Variant {
                 }
             }
             Variant::Wasm | Variant::Native | Variant::NativeUnpinned => remove_ext_proc(hcm),
+            Variant::NativeUnpinnedQuiet | Variant::NativeQuiet => {
+                remove_ext_proc(hcm);
+                remove_skew_log(hcm);
+                let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
+                let native = filters.iter_mut().find(|f| f["name"] == "mvp.route").context("the native filter")?;
+                let raw = native["typed_config"]["filter_config"]["value"].as_str().context("the native filter's config")?;
+                let mut router: Value = serde_json::from_str(raw)?;
+                if let Some(r) = router.as_object_mut() {
+                    r.remove("record_skew");
+                    r.remove("warn_on_skew");
+                }
+                native["typed_config"]["filter_config"]["value"] = Value::String(router.to_string());
+            }
             Variant::WasmFloor => {
                 remove_ext_proc(hcm);
                 let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
@@ -280,6 +311,13 @@ fn routes(hcm: &mut Value) -> Vec<&mut Value> {
 fn remove_filter(hcm: &mut Value, name: &str) {
     if let Some(f) = hcm["http_filters"].as_array_mut() {
         f.retain(|x| x["name"] != name);
+    }
+}
+
+/// Without the skew log (a door with no mvp filter has none to feed).
+fn remove_skew_log(hcm: &mut Value) {
+    if let Some(logs) = hcm["access_log"].as_array_mut() {
+        logs.retain(|l| l["name"] != "envoy.access_loggers.http_grpc");
     }
 }
 
