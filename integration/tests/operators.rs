@@ -8,15 +8,22 @@ use std::time::Duration;
 use integration::harness::{FakeSpec, FilterBuild, FrontDoor, Options, ext_proc_bin, served_by, wait_for};
 use serde_json::Value;
 
-fn explain(door: &FrontDoor, args: &[&str]) -> (bool, String) {
+/// `mvp-ext-proc COMMAND --server <the door's daemon> ARGS…`: its exit
+/// status and what it printed (stdout, then stderr).
+fn ask_daemon(door: &FrontDoor, command: &str, args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(ext_proc_bin().unwrap())
-        .arg("explain")
+        .arg(command)
         .arg("--server")
         .arg(format!("http://127.0.0.1:{}", door.metrics_port))
         .args(args)
         .output()
         .unwrap();
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+fn explain(door: &FrontDoor, args: &[&str]) -> (bool, String) {
+    let (code, text) = ask_daemon(door, "explain", args);
+    (code == Some(0), text)
 }
 
 /// A skewed, a shared and an unknown GVR: explain says what the filter
@@ -273,14 +280,7 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
 }
 
 fn readiness(door: &FrontDoor, args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(ext_proc_bin().unwrap())
-        .arg("readiness")
-        .arg("--server")
-        .arg(format!("http://127.0.0.1:{}", door.metrics_port))
-        .args(args)
-        .output()
-        .unwrap();
-    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    ask_daemon(door, "readiness", args)
 }
 
 /// `mvp-ext-proc readiness` before members leave: the APIs then served by
