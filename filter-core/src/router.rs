@@ -106,10 +106,11 @@ impl Router {
             self.mark_skew(host, &key);
         }
         // And a warning for what only older releases serve.
+        // (Not the 503 Status: the request reaches no apiserver.)
         if self.config.warn_on_skew
-            && let Decision::Pinned { set, .. } | Decision::LastResort { set, .. } = decision
+            && !matches!(decision, Decision::Unavailable { .. })
             && matches!(key, RouteKey::Resource { .. })
-            && table.only_older(set)
+            && decision.served_by().is_some_and(|set| table.only_older(set))
             && let Ok(mut buf) = self.key_buf.try_borrow_mut()
         {
             crate::skew::write_warning(&key, table.newest_release(), &mut buf);

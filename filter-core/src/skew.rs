@@ -18,13 +18,7 @@ const MAX_TOKEN: usize = 16 << 10;
 /// A request for a resource that some apiservers, not all, serve — pinned
 /// to them, their last resort, or the 503 while all of them are closed.
 pub fn is_skewed(key: &RouteKey<'_>, decision: &Decision<'_>, all: ServerSet) -> bool {
-    if !matches!(key, RouteKey::Resource { .. }) {
-        return false;
-    }
-    match decision {
-        Decision::Pinned { set, .. } | Decision::LastResort { set, .. } | Decision::Unavailable { set, .. } => *set != 0 && *set != all,
-        Decision::NotRouted | Decision::ServedByNone | Decision::ServedByAll => false,
-    }
+    matches!(key, RouteKey::Resource { .. }) && decision.served_by().is_some_and(|set| set != 0 && set != all)
 }
 
 /// Writes the record: the key's label, a tab, the bearer token's claimed

@@ -21,8 +21,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use integration::harness::node::Node;
-use integration::harness::real::{RealControlPlane, Release, Spec};
+use integration::harness::node::{IMAGES, Node, require_install_parts};
+use integration::harness::real::{RealControlPlane, newest_pair};
 use integration::harness::secure::kubeconfig;
 use integration::harness::{kubectl_137, wait_for, workspace_root};
 use serde_json::Value;
@@ -95,11 +95,9 @@ fn restarts(p: &Value, container: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubeadm_static_pod_runs_under_a_real_kubelet() {
-    assert!(std::env::var_os("MVP_DOCKER").is_some(), "needs the images and a node: scripts/docker.sh start && scripts/images.sh, then MVP_DOCKER=1 (scripts/test.sh does)");
-    let newest = Release::minor(37);
-    let specs = [Spec::new("kas-a", newest, &[]), Spec::new("kas-b", newest, &["--runtime-config=coordination.k8s.io/v1beta1=true"])];
-    let cp = RealControlPlane::start_specs(&specs).await.unwrap();
-    let node = Node::start(&cp, &["mvp-envoy/mvp:dev", "mvp-envoy/envoy:dev"]).await.unwrap();
+    require_install_parts();
+    let cp = RealControlPlane::start_specs(&newest_pair()).await.unwrap();
+    let node = Node::start(&cp, &IMAGES).await.unwrap();
     let pki = kubeadm_pki(&cp, node.dir());
     let state = node.dir().join("var-lib-mvp-envoy");
     let members: Vec<(String, String)> = cp.apiservers.iter().map(|a| (a.name.clone(), a.url())).collect();

@@ -22,8 +22,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use integration::harness::node::{Node, NodeOptions};
-use integration::harness::real::{RealControlPlane, Release, Spec, TOKENS};
+use integration::harness::node::{IMAGES, Node, NodeOptions, require_install_parts};
+use integration::harness::real::{RealControlPlane, TOKENS, newest_pair};
 use integration::harness::secure::kubeconfig;
 use integration::harness::{ext_proc_bin, kubectl_137, tls_client_config, wait_for, workspace_root};
 use serde_json::Value;
@@ -68,10 +68,8 @@ fn edited_manifest(members: &[(String, String)]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workload_form_runs_in_a_real_cluster() {
-    assert!(std::env::var_os("MVP_DOCKER").is_some(), "needs the images and a node: scripts/docker.sh start && scripts/images.sh, then MVP_DOCKER=1 (scripts/test.sh does)");
-    let newest = Release::minor(37);
-    let specs = [Spec::new("kas-a", newest, &[]), Spec::new("kas-b", newest, &["--runtime-config=coordination.k8s.io/v1beta1=true"])];
-    let cp = RealControlPlane::start_on_host_address(&specs).await.unwrap();
+    require_install_parts();
+    let cp = RealControlPlane::start_on_host_address(&newest_pair()).await.unwrap();
     let dir = cp.dir.path().to_path_buf();
     let admin_user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
     let admin = kubeconfig(&dir, &cp.apiservers[0].url(), &cp.pki.serving.cert_file, &admin_user);
@@ -83,7 +81,7 @@ async fn the_workload_form_runs_in_a_real_cluster() {
     let resp = cp.http.put(format!("{}/api/v1/namespaces/default/endpoints/kubernetes", a.url())).json(&endpoints).send().await.unwrap();
     assert!(resp.status().is_success(), "the kubernetes Endpoints: {}", resp.status());
     let (_kcm, _scheduler) = cp.start_workload_controllers().unwrap();
-    let node = Node::start_with(&cp, &["mvp-envoy/mvp:dev", "mvp-envoy/envoy:dev"], NodeOptions { pod_network: true, kube_proxy: true }).await.unwrap();
+    let node = Node::start_with(&cp, &IMAGES, NodeOptions { pod_network: true, kube_proxy: true }).await.unwrap();
 
     // The Secrets, as the manifest's header says: the fronted control
     // plane's PKI (kubeadm's names; `ca.crt` the bundle of its two CAs), and

@@ -36,6 +36,15 @@ pub enum Decision<'t> {
 }
 
 impl<'t> Decision<'t> {
+    /// The apiservers that serve what the request names, when the decision
+    /// turned on them (pinned, last resort, the 503 Status).
+    pub fn served_by(&self) -> Option<ServerSet> {
+        match self {
+            Decision::Pinned { set, .. } | Decision::LastResort { set, .. } | Decision::Unavailable { set, .. } => Some(*set),
+            Decision::NotRouted | Decision::ServedByNone | Decision::ServedByAll => None,
+        }
+    }
+
     /// The route header's value for the `n`th request routed this way
     /// (`n` spreads requests over the capable apiservers), or `None` to
     /// leave the request to Envoy's normal load balancing.

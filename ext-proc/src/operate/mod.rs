@@ -8,4 +8,5 @@
 pub mod admin;
 pub mod delegated;
 pub mod readiness;
+mod readiness_text;
 pub mod status_page;

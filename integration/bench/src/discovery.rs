@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::backend::Backend;
 use super::rebuilds::{Rebuild, rebuilds};
 use super::load::{self, Latency, Spread};
-use super::{Settings, cpu_ticks, paired, percentile, round_order, rss_mib, two_ports, variants};
+use super::{Settings, cpu_ticks, paired, percentile, round_order, rss_mib, two_ports};
 use integration::harness::{FilterBuild, fixtures_dir};
 
 /// The CRD-heavy `/apis` case.
@@ -107,8 +107,8 @@ async fn merged_vs_passthrough(backend: &mut Backend, http: &reqwest::Client, la
             _ => backend.render(listen, admin, FilterBuild::Wasm)?,
         };
         match door {
-            Door::Passthrough => variants::disable_ext_proc_on_apis(&mut config),
-            Door::ExtProcFloor => variants::ext_proc_to_pass_through(&mut config, backend.router_port)?,
+            Door::Passthrough => crate::config_edits::disable_ext_proc_on_apis(&mut config),
+            Door::ExtProcFloor => crate::config_edits::ext_proc_to_pass_through(&mut config, backend.router_port)?,
             Door::Merged | Door::MergedOverUnix => {}
         }
         let envoy = backend.envoy(&format!("{}-{label}", door.name()), &config, listen, admin, 1, true).await?;

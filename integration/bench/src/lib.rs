@@ -17,6 +17,7 @@
 
 pub mod api_set;
 mod backend;
+pub mod config_edits;
 pub mod discovery;
 mod instructions;
 pub mod kube_mvp;
@@ -320,7 +321,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
             let (listen, admin) = two_ports();
             let mut config = Variant::Wasm.config(backend.render(listen, admin, FilterBuild::Wasm)?, table, &|n| backend.address(n), backend.router_port)?;
             if !long_poll {
-                variants::poll_tables(&mut config)?;
+                config_edits::poll_tables(&mut config)?;
             }
             envoys.push(backend.envoy(name, &config, listen, admin, 2, true).await?);
             listens.push(listen);

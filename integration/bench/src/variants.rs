@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use mvp_contract::headers::ROUTE;
 
 use super::api_set::ApiSet;
+use super::config_edits::{hcm, insert_before_router, remove_ext_proc, remove_filter, remove_skew_log, routes};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -275,7 +276,7 @@ impl Variant {
     }
 }
 
-const ROUTER_CLUSTER: &str = "bench_ext_proc_router";
+pub(crate) const ROUTER_CLUSTER: &str = "bench_ext_proc_router";
 
 /// The routing floors' fixed route header value: the benchmark path's
 /// capable apiservers, as the filter would pin them.
@@ -283,7 +284,7 @@ fn fixed_hosts(table: &ApiSet, address: &dyn Fn(&str) -> String) -> String {
     table.routed_servers().iter().map(|n| address(n)).collect::<Vec<_>>().join(",")
 }
 
-fn add_router_cluster(config: &mut Value, port: u16) -> Result<()> {
+pub(crate) fn add_router_cluster(config: &mut Value, port: u16) -> Result<()> {
     let clusters = config.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut).context("clusters")?;
     clusters.push(json!({
         "name": ROUTER_CLUSTER,
@@ -295,79 +296,6 @@ fn add_router_cluster(config: &mut Value, port: u16) -> Result<()> {
             "explicit_http_config": {"http2_protocol_options": {}},
         }},
     }));
-    Ok(())
-}
-
-fn hcm(config: &mut Value) -> Result<&mut Value> {
-    config
-        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config")
-        .context("no HTTP connection manager in the rendered config")
-}
-
-fn routes(hcm: &mut Value) -> Vec<&mut Value> {
-    hcm.pointer_mut("/route_config/virtual_hosts/0/routes").and_then(Value::as_array_mut).map(|r| r.iter_mut().collect()).unwrap_or_default()
-}
-
-fn remove_filter(hcm: &mut Value, name: &str) {
-    if let Some(f) = hcm["http_filters"].as_array_mut() {
-        f.retain(|x| x["name"] != name);
-    }
-}
-
-/// Without the skew log (a door with no mvp filter has none to feed).
-fn remove_skew_log(hcm: &mut Value) {
-    if let Some(logs) = hcm["access_log"].as_array_mut() {
-        logs.retain(|l| l["name"] != "envoy.access_loggers.http_grpc");
-    }
-}
-
-fn remove_ext_proc(hcm: &mut Value) {
-    remove_filter(hcm, "envoy.filters.http.ext_proc");
-    for r in routes(hcm) {
-        if let Some(m) = r.as_object_mut() {
-            m.remove("typed_per_filter_config");
-        }
-    }
-}
-
-fn insert_before_router(hcm: &mut Value, filter: Value) {
-    if let Some(f) = hcm["http_filters"].as_array_mut() {
-        let at = f.iter().position(|x| x["name"] == "envoy.filters.http.router").unwrap_or(f.len());
-        f.insert(at, filter);
-    }
-}
-
-/// The passthrough `/apis` baseline: the production config with ext_proc
-/// switched off on the `/apis` routes too.
-pub fn disable_ext_proc_on_apis(config: &mut Value) {
-    if let Ok(hcm) = hcm(config) {
-        for r in routes(hcm) {
-            r["typed_per_filter_config"] = json!({"envoy.filters.http.ext_proc": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
-                "disabled": true,
-            }});
-        }
-    }
-}
-
-/// The `/apis` ext_proc floor: the production config with its ext_proc
-/// filter sent to the pass-through server on `port` instead of mvp-ext-proc.
-pub fn ext_proc_to_pass_through(config: &mut Value, port: u16) -> Result<()> {
-    add_router_cluster(config, port)?;
-    let hcm = hcm(config)?;
-    let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
-    let ext = filters.iter_mut().find(|f| f["name"] == "envoy.filters.http.ext_proc").context("ext_proc filter")?;
-    ext["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"] = json!(ROUTER_CLUSTER);
-    Ok(())
-}
-
-/// The refresher as it was before the long poll: a `GetTable` every poll
-/// interval, answered at once (propagation's comparison).
-pub fn poll_tables(config: &mut Value) -> Result<()> {
-    let value = &mut config["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]["value"];
-    let mut refresher: Value = serde_json::from_str(value.as_str().context("the refresher's configuration")?)?;
-    refresher["wait_ms"] = json!(0);
-    *value = json!(refresher.to_string());
     Ok(())
 }
 

@@ -27,6 +27,7 @@ pub mod node;
 pub mod options;
 pub mod process;
 pub mod real;
+pub mod real_workload;
 pub mod real_spec;
 pub mod release;
 pub mod secure;

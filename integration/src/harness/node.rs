@@ -22,6 +22,15 @@ use anyhow::{Context, Result, bail};
 use super::process::{Proc, arg, free_ports, machine_lock, wait_for};
 use super::real::RealControlPlane;
 
+/// The project's images (`scripts/images.sh`) a node imports.
+pub const IMAGES: [&str; 2] = ["mvp-envoy/mvp:dev", "mvp-envoy/envoy:dev"];
+
+/// The install tests need the images and a node's parts: `scripts/test.sh`
+/// builds them and says so with `MVP_DOCKER=1`.
+pub fn require_install_parts() {
+    assert!(std::env::var_os("MVP_DOCKER").is_some(), "needs the images and a node: scripts/docker.sh start && scripts/images.sh, then MVP_DOCKER=1 (scripts/test.sh does)");
+}
+
 /// The pause image `scripts/node.sh` builds from kube's source.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 

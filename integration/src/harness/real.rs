@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 
 use super::process::{Proc, arg, free_ports, wait_for};
-pub use super::real_spec::{KubeMvp, Spec, three_releases};
+pub use super::real_spec::{KubeMvp, Spec, newest_pair, three_releases};
 pub use super::release::Release;
 use super::test_net::TestNet;
 use crate::pki::{Leaf, Pki};
@@ -60,7 +60,7 @@ pub struct RealControlPlane {
     pub etcd: Proc,
     pub apiservers: Vec<RealApiserver>,
     etcd_url: String,
-    service_account_key: PathBuf,
+    pub(super) service_account_key: PathBuf,
     service_account_pub: PathBuf,
     tokens: PathBuf,
     /// A cluster-admin client certificate (`O=system:masters`).
@@ -70,19 +70,6 @@ pub struct RealControlPlane {
     /// The test network the apiservers run on, if any (dropped last: after
     /// the processes in it).
     net: Option<TestNet>,
-}
-
-/// This host's own IPv4 address (the one its default route leaves from).
-pub fn host_ipv4() -> Result<String> {
-    let out = std::process::Command::new("ip").args(["-4", "-o", "route", "get", "1.1.1.1"]).output().context("ip route get")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut words = text.split_whitespace();
-    while let Some(w) = words.next() {
-        if w == "src" {
-            return words.next().map(str::to_string).context("no address after src");
-        }
-    }
-    Err(anyhow!("no source address in `ip route get`: {text}"))
 }
 
 impl RealControlPlane {
@@ -101,7 +88,7 @@ impl RealControlPlane {
     /// loopback; a port each), where a pod on the node's pod network reaches
     /// it: a workload in a cluster of the test's (`harness::node`).
     pub async fn start_on_host_address(specs: &[Spec]) -> Result<RealControlPlane> {
-        RealControlPlane::start_on(specs, None, Some(host_ipv4()?)).await
+        RealControlPlane::start_on(specs, None, Some(super::real_workload::host_ipv4()?)).await
     }
 
     /// The same on a test network ([`TestNet`]): each apiserver on its own
@@ -329,37 +316,6 @@ impl RealControlPlane {
             "--secure-port=0".into(),
         ];
         Proc::spawn("kube-controller-manager", dir, &release.controller_manager_bin()?, &args)
-    }
-
-    /// What a workload needs of a control plane besides its apiservers: a
-    /// kube-controller-manager with every default controller (deployments,
-    /// service accounts, the root CA's ConfigMap, endpoint slices) and a
-    /// kube-scheduler, of the newest release, as the cluster admin.
-    pub fn start_workload_controllers(&self) -> Result<(Proc, Proc)> {
-        let dir = self.dir.path();
-        let first = self.apiservers.first().context("an apiserver")?;
-        let user = format!("    client-certificate: {}\n    client-key: {}", self.admin.cert_file.display(), self.admin.key_file.display());
-        let kubeconfig = super::secure::kubeconfig(dir, &first.url(), &self.pki.serving.cert_file, &user);
-        let bin = super::node::node_bin_dir()?;
-        let kcm = Proc::spawn(
-            "kube-controller-manager",
-            dir,
-            &bin.join("kube-controller-manager"),
-            &[
-                format!("--kubeconfig={}", arg(&kubeconfig)),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                format!("--root-ca-file={}", arg(&self.pki.serving.cert_file)),
-                format!("--service-account-private-key-file={}", arg(&self.service_account_key)),
-            ],
-        )?;
-        let scheduler = Proc::spawn(
-            "kube-scheduler",
-            dir,
-            &bin.join("kube-scheduler"),
-            &[format!("--kubeconfig={}", arg(&kubeconfig)), "--leader-elect=false".into(), "--secure-port=0".into()],
-        )?;
-        Ok((kcm, scheduler))
     }
 
     /// The front door (TLS, this PKI) in front of every apiserver, once each

@@ -55,6 +55,13 @@ impl Spec {
     }
 }
 
+/// Two servers of the newest release, kas-b alone serving
+/// `coordination.k8s.io/v1beta1` (LeaseCandidates): the install tests' skew.
+pub fn newest_pair() -> Vec<Spec> {
+    let newest = Release::minor(37);
+    vec![Spec::new("kas-a", newest, &[]), Spec::new("kas-b", newest, &["--runtime-config=coordination.k8s.io/v1beta1=true"])]
+}
+
 /// The skew: three releases, each serving resources the others lack — by
 /// release (1.36+ serves `mutatingadmissionpolicies` in
 /// `admissionregistration.k8s.io/v1`, a group-version every server serves)
