@@ -82,6 +82,7 @@ pub struct Metrics {
     peer_tls_reloads: Family<ResultLabels, Counter>,
     grpc_tls_reloads: Family<ResultLabels, Counter>,
     skewed_requests: Family<ApiLabels, Counter>,
+    skew_token_reviews: Family<ResultLabels, Counter>,
     only_older: Family<ApiLabels, Gauge>,
 }
 
@@ -115,12 +116,18 @@ impl Metrics {
             peer_tls_reloads: Family::default(),
             grpc_tls_reloads: Family::default(),
             skewed_requests: Family::default(),
+            skew_token_reviews: Family::default(),
             only_older: Family::default(),
         };
         registry.register(
             "mvp_skewed_api_requests",
             "Requests for a resource only some apiservers serve, by resource (the skew log; who: mvp-ext-proc readiness)",
             m.skewed_requests.clone(),
+        );
+        registry.register(
+            "mvp_skew_token_reviews",
+            "TokenReviews of the bearer tokens clients of skewed resources sent, by result (reviewed, rejected, failed; skipped: too many at once, the claim shown unverified)",
+            m.skew_token_reviews.clone(),
         );
         registry.register(
             "mvp_api_only_older_releases",
@@ -254,6 +261,11 @@ impl Metrics {
     /// A request the skew log counted for `api`.
     pub fn skewed_request(&self, api: &str) {
         self.skewed_requests.get_or_create(&ApiLabels { api: api.into() }).inc();
+    }
+
+    /// One TokenReview of a skewed resource's client, or one skipped.
+    pub fn skew_token_review(&self, result: &str) {
+        self.skew_token_reviews.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
     /// The resources only older releases serve now (replacing the last set).

@@ -189,6 +189,10 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     if let Some(path) = usage_file {
         tokio::spawn(crate::usage::persist::save_loop(usage.clone(), path));
     }
+    // Token clients are named by the cluster that reviews the operator
+    // endpoints' tokens, if one is configured.
+    let reviewer = delegated.as_ref().map(|d| Arc::new(crate::usage::verify::KubeReviewer(d.client())) as Arc<dyn crate::usage::verify::Reviewer>);
+    let verifier = crate::usage::verify::Verifier::new(usage.clone(), metrics.clone(), reviewer);
     let (health, health_task) =
         crate::grpc::health::service(published.table.clone(), published.merged.clone(), stopping.clone()).await;
     let health_task = tokio::spawn(health_task);
@@ -201,7 +205,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .add_service(ads.service())
         .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone(), o.max_held_table_calls))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
-        .add_service(crate::usage::als::SkewLog::server(usage.clone(), metrics.clone(), &o.username_header, &o.group_header));
+        .add_service(crate::usage::als::SkewLog::server(verifier, &o.username_header, &o.group_header));
     tokio::spawn(stop.on_signal());
     let tls_config = grpc_tls.as_ref().map(|(config, _)| config.clone());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));

@@ -4,19 +4,24 @@
 //! the upgrade takes away), kas-new runs v1.37 (which adds APIs 1.36 lacks).
 //! Three clients use the API only kas-old serves through the front door: a
 //! client certificate's user, a ServiceAccount's token (from the cluster's
-//! own TokenRequest) and kubectl. Then:
+//! own TokenRequest) and kubectl; a fourth sends a forged token claiming to
+//! be kube-system's admin. mvp-ext-proc reviews tokens with the cluster
+//! (`--authentication-kubeconfig`, as its operator endpoints). Then:
 //! - `mvp-ext-proc readiness --remove kas-old` names exactly those three,
-//!   with their counts, and exits 1; the report's rollback side names what
-//!   only 1.37 serves;
+//!   with their counts — the ServiceAccount as the cluster names it — and
+//!   the forged token as rejected (not a client that would break), and
+//!   exits 1; the report's rollback side names what only 1.37 serves;
 //! - kubectl prints the front door's `Warning` for the API only the older
 //!   release serves, and none for one the newest serves.
 
 use std::process::Command;
 use std::time::Duration;
 
-use integration::harness::real::{RealControlPlane, Release, Spec};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use integration::harness::real::{RealControlPlane, Release, Spec, TOKENS};
 use integration::harness::secure::kubeconfig;
-use integration::harness::{ext_proc_bin, kubectl_137, wait_for};
+use integration::harness::{Options, ext_proc_bin, kubectl_137, wait_for};
 use serde_json::{Value, json};
 
 const OLD_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
@@ -26,8 +31,20 @@ const OLD_ONLY_LABEL: &str = "coordination.k8s.io/v1beta1/leasecandidates";
 async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
     let specs = [Spec::new("kas-new", Release::minor(37), &[]), Spec::new("kas-old", Release::minor(36), &["--runtime-config=coordination.k8s.io/v1beta1=true"])];
     let cp = RealControlPlane::start_specs(&specs).await.unwrap();
-    let door = cp.front_door().await.unwrap();
     let dir = cp.dir.path();
+    let admin_user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
+    // Its own file: kubeconfig() names files by their user.
+    let reviewer = dir.join("reviewer.kubeconfig");
+    std::fs::rename(kubeconfig(dir, &cp.apiservers[0].url(), &cp.pki.serving.cert_file, &admin_user), &reviewer).unwrap();
+    let admin_token = TOKENS[0].0;
+    let options = Options {
+        ext_proc_args: vec!["--authentication-kubeconfig".into(), reviewer.display().to_string()],
+        operator_token: Some(admin_token.into()),
+        ..Options::default()
+    };
+    let door = cp.front_door_with(options).await.unwrap();
+    let token_file = dir.join("operator.token");
+    std::fs::write(&token_file, admin_token).unwrap();
 
     // A ServiceAccount and a token the cluster issues for it.
     let a = &cp.apiservers[0];
@@ -51,7 +68,12 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
         let r = plain.get(door.url(OLD_ONLY)).bearer_auth(&token).header("user-agent", "deployer/1.0").send().await.unwrap();
         assert_eq!(r.status(), 403, "the ServiceAccount");
     }
-    let admin_user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
+    // A forged token: a JWT whose claim names kube-system's admin, signed by
+    // no one the cluster trusts (kube answers 401).
+    let claims = URL_SAFE_NO_PAD.encode(json!({"sub": "system:serviceaccount:kube-system:admin"}).to_string());
+    let forged = format!("{}.{claims}.c2ln", URL_SAFE_NO_PAD.encode(r#"{"alg":"RS256"}"#));
+    let r = plain.get(door.url(OLD_ONLY)).bearer_auth(&forged).header("user-agent", "forger/0.1").send().await.unwrap();
+    assert_eq!(r.status(), 401, "the forged token");
     let config = kubeconfig(dir, &door.url(""), &cp.pki.serving.cert_file, &admin_user);
     let kubectl = |args: &[&str]| {
         let out = Command::new(kubectl_137().unwrap()).arg("--kubeconfig").arg(&config).args(args).env("KUBECACHEDIR", dir.join("kubectl-cache")).output().unwrap();
@@ -68,12 +90,21 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
 
     // Who would lose it, by name, with their counts.
     let readiness = || {
-        let out = Command::new(ext_proc_bin().unwrap()).args(["readiness", "--remove", "kas-old", "-o", "json", "--server", &format!("http://127.0.0.1:{}", door.metrics_port)]).output().unwrap();
+        let out = Command::new(ext_proc_bin().unwrap())
+            .args(["readiness", "--remove", "kas-old", "-o", "json", "--server", &format!("http://127.0.0.1:{}", door.metrics_port), "--token-file"])
+            .arg(&token_file)
+            .output()
+            .unwrap();
         (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default())
     };
     let expected = [
         (json!({"kind": "certificate", "user": "alice", "groups": ["dev"]}), "alice-tool/2.1", 3),
-        (json!({"kind": "tokenClaim", "subject": "system:serviceaccount:default:ci-deployer"}), "deployer/1.0", 2),
+        (
+            json!({"kind": "token", "user": "system:serviceaccount:default:ci-deployer", "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"]}),
+            "deployer/1.0",
+            2,
+        ),
+        (json!({"kind": "rejectedToken", "subject": "system:serviceaccount:kube-system:admin"}), "forger/0.1", 1),
     ];
     let (code, report, api) = wait_for("the skew log's counts", Duration::from_secs(20), || async {
         let (code, r) = readiness();
@@ -87,17 +118,22 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
     .unwrap();
     assert_eq!(code, Some(1), "a client would break: {report}");
     let clients = api["usedBy"]["clients"].as_array().unwrap();
-    assert_eq!(clients.len(), 3, "exactly the three clients: {api}");
+    assert_eq!(clients.len(), 4, "exactly the three clients and the forger: {api}");
     assert_eq!(api["servedBy"], json!(["kas-old"]), "{api}");
-    assert_eq!(report["clientsLosing"], 3, "{report}");
+    assert_eq!(report["clientsLosing"], 3, "the forger has nothing to lose: {report}");
     // What only 1.37 serves is not at stake in a removal of kas-old.
     assert!(report["lost"].as_array().unwrap().iter().all(|a| a["servedBy"] == json!(["kas-old"])), "{report}");
     eprintln!("readiness --remove kas-old: {} resources lost, {OLD_ONLY_LABEL} used by {}", report["lost"].as_array().unwrap().len(), clients.iter().map(|c| format!("{} ×{}", c["who"], c["count"])).collect::<Vec<_>>().join(", "));
 
     // The finished upgrade: the same loss, and a rollback's.
-    let out = Command::new(ext_proc_bin().unwrap()).args(["readiness", "--server", &format!("http://127.0.0.1:{}", door.metrics_port)]).output().unwrap();
+    let out = Command::new(ext_proc_bin().unwrap()).args(["readiness", "--server", &format!("http://127.0.0.1:{}", door.metrics_port), "--token-file"]).arg(&token_file).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("if the upgrade to 1.37 finished:\n  leaving:  kas-old (1.36)\n  staying:  kas-new (1.37)\n"), "{text}");
-    assert!(text.contains("used by system:serviceaccount:default:ci-deployer (token claim, unverified) (deployer/1.0) from 127.0.0.1: 2 request(s)"), "{text}");
+    assert!(
+        text.contains("used by system:serviceaccount:default:ci-deployer (token; groups system:serviceaccounts, system:serviceaccounts:default, system:authenticated) (deployer/1.0) from 127.0.0.1: 2 request(s)"),
+        "{text}"
+    );
+    assert!(text.contains("used by system:serviceaccount:kube-system:admin (token claim, rejected by the cluster) (forger/0.1)"), "{text}");
+    assert!(text.contains(" served by no apiserver, used by 3 client(s)"), "{text}");
     assert!(text.contains("gone again on a rollback"), "{text}");
 }

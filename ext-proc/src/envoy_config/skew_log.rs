@@ -46,8 +46,11 @@ pub fn skew_log(o: &EnvoyConfigOptions) -> Value {
                 "buffer_size_bytes": BUFFER_BYTES,
             },
             // The identity the front door forwards for a verified client
-            // certificate (clients cannot send these: stripped at the edge).
-            "additional_request_headers_to_log": [o.requestheader.username_header(), o.requestheader.group_header()],
+            // certificate (clients cannot send these: stripped at the edge),
+            // and the bearer token, which mvp-ext-proc has the cluster
+            // review (`usage::verify`; over the control channel's mTLS, kept
+            // only while reviewed).
+            "additional_request_headers_to_log": [o.requestheader.username_header(), o.requestheader.group_header(), crate::usage::als::AUTHORIZATION],
         },
     })
 }

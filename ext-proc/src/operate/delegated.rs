@@ -88,16 +88,17 @@ impl Delegated {
         decision
     }
 
+    /// The cluster that reviews tokens (also the skew log's clients':
+    /// `usage::verify`).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
     async fn review(&self, token: &str, path: &str) -> Decision {
-        let review = TokenReview { spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None }, ..Default::default() };
-        let reviewed = tokio::time::timeout(REVIEW_TIMEOUT, Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review)).await;
-        let status = match reviewed {
-            Ok(Ok(r)) => r.status.unwrap_or_default(),
-            Ok(Err(e)) => return Decision::Failed { authentication: true, why: format!("the token could not be reviewed: {e}") },
-            Err(_) => return Decision::Failed { authentication: true, why: "the token review timed out".into() },
-        };
-        let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else {
-            return Decision::Unauthenticated(status.error.unwrap_or_else(|| "the token is not valid".into()));
+        let user = match review_token(self.client.clone(), token).await {
+            Ok(Some(user)) => user,
+            Ok(None) => return Decision::Unauthenticated("the token is not valid".into()),
+            Err(why) => return Decision::Failed { authentication: true, why },
         };
         let access = access_review(&user, path);
         let asked = tokio::time::timeout(REVIEW_TIMEOUT, Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &access)).await;
@@ -115,6 +116,20 @@ impl Delegated {
             Err(_) => Decision::Failed { authentication: false, why: "the access review timed out".into() },
         }
     }
+}
+
+/// The user the cluster names for `token` (a TokenReview with the
+/// apiserver's own audiences: the user kube-apiserver derives from it),
+/// `None` if it rejects it; an error if it could not be asked in
+/// [`REVIEW_TIMEOUT`].
+pub async fn review_token(client: kube::Client, token: &str) -> Result<Option<UserInfo>, String> {
+    let review = TokenReview { spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None }, ..Default::default() };
+    let status = match tokio::time::timeout(REVIEW_TIMEOUT, Api::<TokenReview>::all(client).create(&PostParams::default(), &review)).await {
+        Ok(Ok(r)) => r.status.unwrap_or_default(),
+        Ok(Err(e)) => return Err(format!("the token could not be reviewed: {e}")),
+        Err(_) => return Err("the token review timed out".into()),
+    };
+    Ok(status.user.filter(|_| status.authenticated == Some(true)))
 }
 
 /// The SubjectAccessReview for `user` getting `path`: exactly the user the

@@ -96,7 +96,7 @@ impl Report {
         let mut losing = std::collections::BTreeSet::new();
         for a in &mut self.lost {
             a.used_by = usage.of(&a.routed_by, now, window);
-            for c in a.used_by.iter().flat_map(|u| &u.clients) {
+            for c in a.used_by.iter().flat_map(|u| &u.clients).filter(|c| c.who.can_break()) {
                 losing.insert((c.who.clone(), c.user_agent.clone()));
             }
         }
@@ -145,7 +145,7 @@ impl Report {
         }
         if self.clients_losing.is_some() || other.clients_losing.is_some() {
             let clients: std::collections::BTreeSet<_> =
-                self.lost.iter().flat_map(|a| a.used_by.iter().flat_map(|u| &u.clients)).map(|c| (c.who.clone(), c.user_agent.clone())).collect();
+                self.lost.iter().flat_map(|a| a.used_by.iter().flat_map(|u| &u.clients)).filter(|c| c.who.can_break()).map(|c| (c.who.clone(), c.user_agent.clone())).collect();
             self.clients_losing = Some(clients.len());
         }
         self.usage_since = match (self.usage_since.take(), other.usage_since) {

@@ -79,7 +79,7 @@ fn replicas_reports_merge() {
     let seen = |n: usize, who: &str| {
         let u = Usage::default();
         for _ in 0..n {
-            u.record(Use { api: "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas".into(), who: Who::TokenClaim { subject: who.into() }, user_agent: "ua".into(), source: "10.0.0.1".into(), answered_by: None, at });
+            u.record(Use { api: "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas".into(), who: Who::TokenClaim { subject: who.into() }, user_agent: "ua".into(), source: "10.0.0.1".into(), answered_by: None, at, token: None });
         }
         report(&members, &Scenario::FinishUpgrade).unwrap().with_usage(&u, at, std::time::Duration::from_secs(60))
     };

@@ -60,7 +60,10 @@ pub fn render(r: &Report) -> String {
     }
     let verdict = match r.verdict {
         Verdict::Ready => "ready: every API served now stays served".to_string(),
-        Verdict::Breaks => format!("would break: {} API(s) served by no apiserver", r.lost.len()),
+        Verdict::Breaks => match r.clients_losing {
+            Some(n) if n > 0 => format!("would break: {} API(s) served by no apiserver, used by {n} client(s)", r.lost.len()),
+            _ => format!("would break: {} API(s) served by no apiserver (no client seen using them: check the window and that every Envoy logs skew)", r.lost.len()),
+        },
         Verdict::Unknown => format!("cannot tell: {} not read yet", r.unknown.join(", ")),
     };
     let _ = writeln!(out, "verdict: {verdict}");

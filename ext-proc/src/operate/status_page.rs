@@ -248,6 +248,7 @@ mod tests {
             source: "10.0.0.9".into(),
             answered_by: None,
             at: SystemTime::now(),
+            token: None,
         });
         let html = render(&Snapshot { table: &table, table_changed: SystemTime::now(), states: &[a, b], merged: None, openapi: &MergedOpenApi::default(), usage: Some(&usage) });
         assert!(html.contains("If the upgrade to 1.37 finished: <span class=\"bad\">1 resources served by no apiserver</span>"), "{html}");

@@ -16,11 +16,11 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use mvp_contract::envoy::{SKEW_FILTER_STATE, SKEW_METADATA_KEY, SKEW_METADATA_NAMESPACE};
 use prost::Message;
 
-use super::{Usage, Use, Who};
+use super::verify::{Bearer, Verifier};
+use super::{Use, Who};
 
 pub struct SkewLog {
-    usage: Arc<Usage>,
-    metrics: Arc<crate::metrics::Metrics>,
+    verifier: Arc<Verifier>,
     username_header: String,
     group_header: String,
 }
@@ -28,8 +28,8 @@ pub struct SkewLog {
 impl SkewLog {
     /// `username_header`, `group_header`: the requestheader names the
     /// front door forwards identity under (the log's request headers).
-    pub fn server(usage: Arc<Usage>, metrics: Arc<crate::metrics::Metrics>, username_header: &str, group_header: &str) -> AccessLogServiceServer<SkewLog> {
-        AccessLogServiceServer::new(SkewLog { usage, metrics, username_header: username_header.to_ascii_lowercase(), group_header: group_header.to_ascii_lowercase() })
+    pub fn server(verifier: Arc<Verifier>, username_header: &str, group_header: &str) -> AccessLogServiceServer<SkewLog> {
+        AccessLogServiceServer::new(SkewLog { verifier, username_header: username_header.to_ascii_lowercase(), group_header: group_header.to_ascii_lowercase() })
     }
 }
 
@@ -41,10 +41,7 @@ impl AccessLogService for SkewLog {
             let Some(LogEntries::HttpLogs(entries)) = message.log_entries else { continue };
             for entry in &entries.log_entry {
                 if let Some(u) = use_of(entry, &self.username_header, &self.group_header) {
-                    let api = u.api.clone();
-                    if self.usage.record(u) {
-                        self.metrics.skewed_request(&api);
-                    }
+                    self.verifier.count(u);
                 }
             }
         }
@@ -73,6 +70,10 @@ fn record(entry: &HttpAccessLogEntry) -> Option<String> {
         String::from_utf8(bytes).ok()
     })
 }
+
+/// The request header the skew log carries the client's token in (for its
+/// review: `super::verify`).
+pub const AUTHORIZATION: &str = "authorization";
 
 fn ip(a: &Option<Address>) -> Option<String> {
     match a.as_ref()?.address.as_ref()? {
@@ -121,6 +122,7 @@ pub fn use_of(entry: &HttpAccessLogEntry, username_header: &str, group_header: &
         source: ip(&common.downstream_remote_address).unwrap_or_default(),
         answered_by: ip_port(&common.upstream_remote_address),
         at,
+        token: header(AUTHORIZATION).and_then(|v| Bearer::from_header(v)),
     })
 }
 
@@ -162,7 +164,10 @@ mod tests {
         let wasm = use_of(&entry(None, Some("v1/pods/log\tsomeone"), &[("x-remote-user", "alice"), ("x-remote-group", "dev,ops")]), "x-remote-user", "x-remote-group").unwrap();
         assert_eq!((wasm.api.as_str(), wasm.who), ("v1/pods/log", Who::Certificate { user: "alice".into(), groups: vec!["dev".into(), "ops".into()] }));
         let nobody = use_of(&entry(Some("batch/v1/jobs\t"), None, &[]), "x-remote-user", "x-remote-group").unwrap();
-        assert_eq!(nobody.who, Who::Unidentified);
+        assert_eq!((nobody.who, nobody.token), (Who::Unidentified, None));
+        // The token, for its review.
+        let token = use_of(&entry(Some("batch/v1/jobs\t"), None, &[("authorization", "Bearer abc")]), "x-remote-user", "x-remote-group").unwrap();
+        assert_eq!(token.token, Bearer::from_header("Bearer abc"));
         // No record (the wasm log's pinned-but-not-skewed request): skipped.
         assert_eq!(use_of(&entry(None, None, &[]), "x-remote-user", "x-remote-group"), None);
         assert_eq!(use_of(&entry(Some("\tx"), None, &[]), "x-remote-user", "x-remote-group"), None);

@@ -2,11 +2,12 @@
 //! resource only some apiservers serve (`mvp_contract::envoy::SKEW_PROPERTY`)
 //! reaches mvp-ext-proc through Envoy's gRPC access log ([`als`]) and is
 //! counted here, per API and per client — the identity the front door
-//! forwards (a verified client certificate's user and groups) or the
-//! subject a bearer token claims (unverified, and said so), with the user
-//! agent, the source address, first and last seen, and the apiservers that
-//! answered. `readiness` names them for the APIs members leaving would take
-//! away.
+//! forwards (a verified client certificate's user and groups), the user the
+//! cluster names for a bearer token (one TokenReview per distinct token,
+//! cached: [`verify`]), or, where it could not be asked, the subject the
+//! token claims (unverified, and said so) — with the user agent, the source
+//! address, first and last seen, and the apiservers that answered.
+//! `readiness` names them for the APIs members leaving would take away.
 //!
 //! Bounded whatever clients send: at most [`MAX_APIS`] APIs (only the
 //! table's skewed resources can be marked), [`MAX_CLIENTS`] clients per API
@@ -17,6 +18,7 @@
 
 pub mod als;
 pub mod persist;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -42,9 +44,17 @@ pub enum Who {
     /// A client certificate the front door verified: its user and groups,
     /// as forwarded to the apiservers.
     Certificate { user: String, groups: Vec<String> },
-    /// A JWT bearer token's `sub` claim, as the token says (the apiserver
-    /// verifies the token; the front door did not).
+    /// A bearer token the cluster reviewed (TokenReview): the user and
+    /// groups kube-apiserver derives from it.
+    Token { user: String, groups: Vec<String> },
+    /// A JWT bearer token's `sub` claim, as the token says: the cluster
+    /// could not be asked (no `--authentication-kubeconfig`, too many
+    /// reviews at once, a failed review).
     TokenClaim { subject: String },
+    /// A bearer token the cluster rejected, by the subject it claims: its
+    /// requests were refused (401) before and after, so a removal breaks
+    /// nothing of it.
+    RejectedToken { subject: String },
     /// Neither (an opaque token, no credentials): known by its user agent
     /// and address only.
     Unidentified,
@@ -55,7 +65,11 @@ impl std::fmt::Display for Who {
         match self {
             Who::Certificate { user, groups } if groups.is_empty() => write!(f, "{user}"),
             Who::Certificate { user, groups } => write!(f, "{user} (groups {})", groups.join(", ")),
+            Who::Token { user, groups } if groups.is_empty() => write!(f, "{user} (token)"),
+            Who::Token { user, groups } => write!(f, "{user} (token; groups {})", groups.join(", ")),
             Who::TokenClaim { subject } => write!(f, "{subject} (token claim, unverified)"),
+            Who::RejectedToken { subject } if subject.is_empty() => write!(f, "(token rejected by the cluster)"),
+            Who::RejectedToken { subject } => write!(f, "{subject} (token claim, rejected by the cluster)"),
             Who::Unidentified => write!(f, "unidentified"),
         }
     }
@@ -73,6 +87,16 @@ pub struct Use {
     /// The apiserver that answered (`IP:port`), if one did.
     pub answered_by: Option<String>,
     pub at: SystemTime,
+    /// The bearer token it carried, to review ([`verify`]); never kept.
+    pub token: Option<verify::Bearer>,
+}
+
+impl Who {
+    /// Whether losing an API would break this client: not one whose token
+    /// the cluster refuses anyway.
+    pub fn can_break(&self) -> bool {
+        !matches!(self, Who::RejectedToken { .. })
+    }
 }
 
 /// One client's use of one API.
@@ -182,7 +206,9 @@ fn cut(mut s: String) -> String {
 fn cut_who(who: Who) -> Who {
     match who {
         Who::Certificate { user, groups } => Who::Certificate { user: cut(user), groups: groups.into_iter().take(MAX_GROUPS).map(cut).collect() },
+        Who::Token { user, groups } => Who::Token { user: cut(user), groups: groups.into_iter().take(MAX_GROUPS).map(cut).collect() },
         Who::TokenClaim { subject } => Who::TokenClaim { subject: cut(subject) },
+        Who::RejectedToken { subject } => Who::RejectedToken { subject: cut(subject) },
         Who::Unidentified => Who::Unidentified,
     }
 }
@@ -304,7 +330,7 @@ mod tests {
     use super::*;
 
     fn use_of(api: &str, who: Who, ua: &str, at: u64) -> Use {
-        Use { api: api.into(), who, user_agent: ua.into(), source: "10.0.0.9".into(), answered_by: Some("10.0.0.1:6443".into()), at: SystemTime::UNIX_EPOCH + Duration::from_secs(at) }
+        Use { api: api.into(), who, user_agent: ua.into(), source: "10.0.0.9".into(), answered_by: Some("10.0.0.1:6443".into()), at: SystemTime::UNIX_EPOCH + Duration::from_secs(at), token: None }
     }
 
     #[test]

@@ -81,7 +81,7 @@ mod tests {
         let usage = Usage::default();
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         for _ in 0..2 {
-            usage.record(Use { api: "apps/v1/deployments".into(), who: Who::TokenClaim { subject: "system:serviceaccount:a:b".into() }, user_agent: "ua".into(), source: "10.0.0.1".into(), answered_by: None, at });
+            usage.record(Use { api: "apps/v1/deployments".into(), who: Who::TokenClaim { subject: "system:serviceaccount:a:b".into() }, user_agent: "ua".into(), source: "10.0.0.1".into(), answered_by: None, at, token: None });
         }
         let (generation, saved) = usage.to_save(0).unwrap();
         assert_eq!(usage.to_save(generation), None, "unchanged: nothing to write");

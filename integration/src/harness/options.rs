@@ -55,6 +55,9 @@ pub struct Options {
     /// Envoy runs with a container's memory limit of this many bytes
     /// ([`super::container`]).
     pub envoy_memory_limit: Option<u64>,
+    /// The bearer token the harness shows mvp-ext-proc's operator endpoints
+    /// (`serve --authentication-kubeconfig` in `ext_proc_args`).
+    pub operator_token: Option<String>,
 }
 
 impl Default for Options {
@@ -64,6 +67,7 @@ impl Default for Options {
             concurrency: 2,
             edit_config: None,
             ext_proc_args: vec![],
+            operator_token: None,
             discovery_token: None,
             tls: None,
             fixed_ports: None,
