@@ -10,7 +10,8 @@
 //! - `mvp-ext-proc readiness --remove kas-old` names exactly those three,
 //!   with their counts — the ServiceAccount as the cluster names it — and
 //!   the forged token as rejected (not a client that would break), and
-//!   exits 1; the report's rollback side names what only 1.37 serves;
+//!   exits 1; the report's rollback side names what only 1.37 serves, and
+//!   a client that already uses it;
 //! - kubectl prints the front door's `Warning` for the API only the older
 //!   release serves, and none for one the newest serves.
 
@@ -136,4 +137,27 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
     assert!(text.contains("used by system:serviceaccount:kube-system:admin (token claim, rejected by the cluster) (forger/0.1)"), "{text}");
     assert!(text.contains(" served by no apiserver, used by 3 client(s)"), "{text}");
     assert!(text.contains("gone again on a rollback"), "{text}");
+
+    // A client already on an API only 1.37 serves: a rollback would take it
+    // away, and the report's rollback side names it.
+    let finished = || {
+        let out = Command::new(ext_proc_bin().unwrap()).args(["readiness", "-o", "json", "--server", &format!("http://127.0.0.1:{}", door.metrics_port), "--token-file"]).arg(&token_file).output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default()
+    };
+    let rollback = finished()["lostOnRollback"].as_array().cloned().unwrap_or_default();
+    let new_only = rollback.iter().find(|a| a["subresource"].is_null() && a["group"] != "").unwrap_or_else(|| panic!("nothing only 1.37 serves: {rollback:?}"));
+    let (label, path) = (new_only["routedBy"].clone(), format!("/apis/{}/{}/{}", new_only["group"].as_str().unwrap(), new_only["version"].as_str().unwrap(), new_only["resource"].as_str().unwrap()));
+    for _ in 0..2 {
+        let r = as_alice.get(door.url(&path)).header("user-agent", "early-adopter/1.0").send().await.unwrap();
+        assert_eq!(r.status(), 403, "{path}: kas-new's answer, not kas-old's 404");
+    }
+    let alice = json!({"kind": "certificate", "user": "alice", "groups": ["dev"]});
+    wait_for("the rollback side's client", Duration::from_secs(20), || async {
+        let r = finished();
+        let api = r["lostOnRollback"].as_array()?.iter().find(|a| a["routedBy"] == label)?.clone();
+        api["usedBy"]["clients"].as_array()?.iter().any(|c| c["who"] == alice && c["userAgent"] == "early-adopter/1.0" && c["count"] == 2).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{path} ({label}): {e}"));
+    eprintln!("a rollback takes away {} resources; {label} used by alice ×2", rollback.len());
 }
