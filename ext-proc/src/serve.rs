@@ -70,6 +70,9 @@ pub struct ServeOptions {
     pub delegated_auth: Option<Option<PathBuf>>,
     /// `--metrics-listen` over HTTPS with the gRPC port's certificate.
     pub metrics_tls: bool,
+    /// The other replicas, whose skew-log counts `readiness` and the status
+    /// page add (`--replica…`).
+    pub replicas: crate::usage::replicas::ReplicaOptions,
 }
 
 /// How often mvp-ext-proc pings each gRPC client (Envoy), and how long a
@@ -157,6 +160,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     for at in &o.grpc_listen {
         grpc.push(at.bind().await?);
     }
+    let replicas = Arc::new(crate::usage::replicas::Replicas::new(o.replicas.clone(), crate::usage::replicas::replica_id())?);
     let delegated = match &o.delegated_auth {
         Some(kubeconfig) => Some(crate::operate::delegated::Delegated::new(
             crate::membership::kube::client_from(kubeconfig.as_deref(), "--authentication-kubeconfig").await?,
@@ -217,7 +221,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         _ => None,
     };
     let admin_task = admin_listener.map(|l| {
-        let router = admin::router(metrics.clone(), published.clone(), envoys.clone(), usage.clone(), delegated.clone());
+        let router = admin::router(metrics.clone(), published.clone(), envoys.clone(), usage.clone(), replicas.clone(), delegated.clone());
         let stopping = stopping.clone();
         let tls = admin_tls.as_ref().map(|(config, _)| config.clone());
         tokio::spawn(async move {

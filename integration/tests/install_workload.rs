@@ -11,7 +11,10 @@
 //! one with a token the cluster knows, reviewed by it (delegated
 //! authentication over the `kubernetes` Service: kube-proxy); requests
 //! through the `mvp-envoy` Service's ClusterIP routed to the one apiserver
-//! that serves their API, as the client certificate's user. (The Service is
+//! that serves their API, as the client certificate's user; either
+//! replica's `readiness` counts the clients of both (each reads the other's
+//! counts by the headless Service's name: the node's cluster DNS,
+//! `harness::cluster_dns`). (The Service is
 //! a LoadBalancer; no load-balancer controller runs here, so its ClusterIP
 //! is what is asked.)
 //!
@@ -81,7 +84,7 @@ async fn the_workload_form_runs_in_a_real_cluster() {
     let resp = cp.http.put(format!("{}/api/v1/namespaces/default/endpoints/kubernetes", a.url())).json(&endpoints).send().await.unwrap();
     assert!(resp.status().is_success(), "the kubernetes Endpoints: {}", resp.status());
     let (_kcm, _scheduler) = cp.start_workload_controllers().unwrap();
-    let node = Node::start_with(&cp, &IMAGES, NodeOptions { pod_network: true, kube_proxy: true }).await.unwrap();
+    let node = Node::start_with(&cp, &IMAGES, NodeOptions { pod_network: true, kube_proxy: true, cluster_dns: true }).await.unwrap();
 
     // The Secrets, as the manifest's header says: the fronted control
     // plane's PKI (kubeadm's names; `ca.crt` the bundle of its two CAs), and
@@ -164,7 +167,41 @@ async fn the_workload_form_runs_in_a_real_cluster() {
         assert_eq!(status, 403, "the skewed API through the Service: {text}");
         assert!(text.contains("User \\\"alice\\\" cannot list resource \\\"leasecandidates\\\""), "{text}");
     }
-    eprintln!("workload form: two replicas Ready on pods {pod_ips:?}; operator endpoints 401 without a token, 200 with one; the skewed API through the Service's ClusterIP {cluster_ip} as alice, every time from the apiserver that serves it");
+    // Each pod's own front door too (its Envoy logs to its own replica):
+    // both replicas count alice.
+    for ip in &pod_ips {
+        let at = std::net::SocketAddr::new(ip.parse().unwrap(), 7443);
+        let direct = reqwest::Client::builder().use_preconfigured_tls(tls_client_config(&pki.join("ca.crt"), Some(&alice), &[b"h2"]).unwrap()).resolve(FRONT_NAME, at).no_proxy().timeout(Duration::from_secs(10)).build().unwrap();
+        for _ in 0..2 {
+            assert_eq!(direct.get(format!("https://{FRONT_NAME}{SKEWED}")).send().await.unwrap().status(), 403, "the skewed API through pod {ip}");
+        }
+    }
+    // Either replica's `readiness` counts both replicas' clients: it reads
+    // the other's /usage (--replica: the headless Service, its
+    // ServiceAccount's token, the mvp-envoy-replicas role).
+    for ip in &pod_ips {
+        let replica = reqwest::Client::builder()
+            .use_preconfigured_tls(tls_client_config(&control.join("ca.crt"), None, &[b"http/1.1"]).unwrap())
+            .resolve("mvp-ext-proc", std::net::SocketAddr::new(ip.parse().unwrap(), 9091))
+            .no_proxy()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let ask = || async {
+            let r: Value = replica.get("https://mvp-ext-proc:9091/readiness?remove=kas-b").bearer_auth(TOKENS[0].0).send().await.ok()?.json().await.ok()?;
+            let api = r["lost"].as_array()?.iter().find(|a| a["routedBy"] == "coordination.k8s.io/v1beta1/leasecandidates")?.clone();
+            let alice = api["usedBy"]["clients"].as_array()?.iter().find(|c| c["who"]["user"] == "alice")?["count"].as_u64()?;
+            Some((r, alice))
+        };
+        let counted = wait_for("alice's 10 requests, on both replicas, in one report", Duration::from_secs(30), || async { ask().await.filter(|(_, n)| *n == 10) }).await;
+        let Ok((report, _)) = counted else {
+            let last = replica.get("https://mvp-ext-proc:9091/readiness?remove=kas-b").bearer_auth(TOKENS[0].0).send().await.unwrap().text().await.unwrap();
+            panic!("replica {ip}: alice's 10 requests not counted in one report: {last}");
+        };
+        assert_eq!(report["replicas"].as_array().map(Vec::len), Some(2), "{report}");
+        assert!(report["replicasUnanswered"].is_null(), "{report}");
+    }
+    eprintln!("workload form: two replicas Ready on pods {pod_ips:?}; operator endpoints 401 without a token, 200 with one; the skewed API through the Service's ClusterIP {cluster_ip} as alice, every time from the apiserver that serves it; either replica's readiness counts alice's 10 requests over both");
 
     let (ok, text) = kubectl(&admin, &["delete", "-f", manifest.to_str().unwrap(), "--wait=true", "--timeout=60s"]);
     assert!(ok, "kubectl delete: {text}");

@@ -305,3 +305,73 @@ async fn an_ads_stream_comes_back_to_the_preferred_replica() {
     eprintln!("{x:?}");
     x.check(tally.own_apis.load(Ordering::Relaxed));
 }
+
+/// `mvp-ext-proc readiness -o json --server` each of `ports`.
+fn readiness_of(ports: &[u16]) -> Value {
+    let mut cmd = std::process::Command::new(integration::harness::ext_proc_bin().unwrap());
+    cmd.args(["readiness", "-o", "json"]);
+    for p in ports {
+        cmd.args(["--server", &format!("http://127.0.0.1:{p}")]);
+    }
+    serde_json::from_slice(&cmd.output().unwrap().stdout).unwrap_or_default()
+}
+
+/// Each replica counts the skew log of the Envoys that prefer it (its own
+/// pod's, in the workload form). With `serve --replica` naming every
+/// replica, either one's `readiness` counts every replica's clients — and
+/// asking both counts each once.
+#[tokio::test]
+async fn readiness_counts_the_clients_every_replica_saw() {
+    use envoy_types::pb::envoy::config::core::v3::Metadata;
+    use envoy_types::pb::envoy::data::accesslog::v3::{AccessLogCommon, HttpAccessLogEntry, HttpRequestProperties};
+    use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
+    use envoy_types::pb::envoy::service::accesslog::v3::stream_access_logs_message::{HttpAccessLogEntries, LogEntries};
+    use envoy_types::pb::envoy::service::accesslog::v3::StreamAccessLogsMessage;
+    use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
+    use mvp_contract::envoy::{SKEW_METADATA_KEY, SKEW_METADATA_NAMESPACE};
+
+    const API: &str = "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas";
+    let options = Options { replicas: 2, replica_peers: true, ..Options::default() };
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], options).await.unwrap();
+    let second = door.topology.standbys[0];
+
+    // Through the front door, whose Envoy logs to the first replica.
+    for _ in 0..3 {
+        let r = door.http.get(door.url(&format!("/apis/{API}"))).header("user-agent", "curl/8.5").send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // Another pod's Envoy, which prefers the second replica: its skew log's
+    // entries, as Envoy sends them.
+    let fields = [(SKEW_METADATA_KEY.to_string(), PbValue { kind: Some(Kind::StringValue(format!("{API}\t"))) })].into_iter().collect();
+    let entry = HttpAccessLogEntry {
+        common_properties: Some(AccessLogCommon {
+            metadata: Some(Metadata { filter_metadata: [(SKEW_METADATA_NAMESPACE.to_string(), Struct { fields })].into_iter().collect(), ..Default::default() }),
+            ..Default::default()
+        }),
+        request: Some(HttpRequestProperties { user_agent: "kubectl/v1.37.2".into(), ..Default::default() }),
+        ..Default::default()
+    };
+    let message = StreamAccessLogsMessage { log_entries: Some(LogEntries::HttpLogs(HttpAccessLogEntries { log_entry: vec![entry.clone(), entry] })), ..Default::default() };
+    let mut other_envoy = AccessLogServiceClient::connect(format!("http://127.0.0.1:{}", second.grpc)).await.unwrap();
+    other_envoy.stream_access_logs(tokio_stream::iter([message])).await.unwrap();
+
+    let counts = |report: &Value| -> Option<Vec<(String, u64)>> {
+        let api = report["lost"].as_array()?.iter().find(|a| a["routedBy"] == API)?;
+        let mut rows: Vec<(String, u64)> = api["usedBy"]["clients"].as_array()?.iter().map(|c| (c["userAgent"].as_str().unwrap_or_default().to_string(), c["count"].as_u64().unwrap_or(0))).collect();
+        rows.sort();
+        Some(rows)
+    };
+    let want = vec![("curl/8.5".to_string(), 3), ("kubectl/v1.37.2".to_string(), 2)];
+    for port in [door.metrics_port, second.metrics] {
+        let report = wait_for("both replicas' clients", Duration::from_secs(20), || async {
+            let r = readiness_of(&[port]);
+            (counts(&r).as_ref() == Some(&want)).then_some(r)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("replica on :{port}: {e}: {}", readiness_of(&[port])));
+        assert_eq!(report["replicas"].as_array().map(Vec::len), Some(2), "{report}");
+        assert!(report["replicasUnanswered"].is_null(), "{report}");
+    }
+    let both = readiness_of(&[door.metrics_port, second.metrics]);
+    assert_eq!(counts(&both), Some(want), "asked both: {both}");
+}

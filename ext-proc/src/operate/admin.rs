@@ -2,7 +2,8 @@
 //! (Prometheus), `/healthz`, `/readyz` (after the first discovery round) and
 //! `/table` (the current table, each apiserver's state and the connected
 //! Envoys with the filter build each runs, for operators and tests),
-//! `/debug/route` (`explain`) and `/readiness` (`readiness`).
+//! `/debug/route` (`explain`), `/readiness` (`readiness`) and `/usage` (the
+//! skew log's counts, for the other replicas: `usage::replicas`).
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -42,6 +43,26 @@ struct AdminState {
     envoys: ConnectedEnvoys,
     counted: Arc<Counted>,
     usage: Arc<crate::usage::Usage>,
+    replicas: Arc<crate::usage::replicas::Replicas>,
+}
+
+impl AdminState {
+    /// The skew log's counts of every replica (this one's alone without
+    /// `--replica`), which replicas they are, and which did not answer.
+    async fn all_usage(&self) -> (Arc<crate::usage::Usage>, Vec<String>, Vec<String>) {
+        let me = self.replicas.me.clone();
+        let gathered = self.replicas.gather().await;
+        if gathered.counts.is_empty() {
+            return (self.usage.clone(), vec![me], gathered.unanswered);
+        }
+        let mut counts = self.usage.snapshot();
+        let mut ids = vec![me];
+        for c in gathered.counts {
+            ids.push(c.replica);
+            counts.absorb(c.counts);
+        }
+        (Arc::new(crate::usage::Usage::restored(counts)), ids, gathered.unanswered)
+    }
 }
 
 /// The sizes `/table` reports, each a walk over a CRD-heavy table or view
@@ -84,7 +105,15 @@ impl Counted {
 
 /// With `delegated`, every path but `/healthz` and `/readyz` needs a
 /// bearer token whose user the cluster lets get it ([`super::delegated`]).
-pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvoys, usage: Arc<crate::usage::Usage>, delegated: Option<Arc<super::delegated::Delegated>>) -> axum::Router {
+/// `replicas`: the others to ask for their counts (none: this one alone).
+pub fn router(
+    metrics: Arc<Metrics>,
+    published: Published,
+    envoys: ConnectedEnvoys,
+    usage: Arc<crate::usage::Usage>,
+    replicas: Arc<crate::usage::replicas::Replicas>,
+    delegated: Option<Arc<super::delegated::Delegated>>,
+) -> axum::Router {
     let router = axum::Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics_handler))
@@ -93,7 +122,8 @@ pub fn router(metrics: Arc<Metrics>, published: Published, envoys: ConnectedEnvo
         .route("/table", get(table_handler))
         .route("/debug/route", get(debug_route))
         .route("/readiness", get(readiness))
-        .with_state(AdminState { metrics, published, envoys, counted: Arc::default(), usage });
+        .route("/usage", get(usage_handler))
+        .with_state(AdminState { metrics, published, envoys, counted: Arc::default(), usage, replicas });
     match delegated {
         Some(d) => router.layer(axum::middleware::from_fn_with_state(d, super::delegated::guard)),
         None => router,
@@ -129,13 +159,14 @@ async fn status_page(State(s): State<AdminState>) -> Response {
     let p = &s.published;
     let (table, changed, states, merged, openapi) =
         (p.table.borrow().clone(), *p.table_changed.borrow(), p.states.borrow().clone(), p.merged.borrow().clone(), p.openapi.borrow().clone());
+    let (usage, _, _) = s.all_usage().await;
     let html = crate::operate::status_page::render(&crate::operate::status_page::Snapshot {
         table: &table,
         table_changed: changed,
         states: &states.members,
         merged: merged.as_deref(),
         openapi: &openapi,
-        usage: Some(&s.usage),
+        usage: Some(&usage),
     });
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }
@@ -198,10 +229,20 @@ async fn readiness(State(s): State<AdminState>, axum::extract::Query(q): axum::e
         Some(Ok(w)) => w,
         Some(Err(e)) => return (StatusCode::BAD_REQUEST, format!("window: {e}\n")).into_response(),
     };
-    match report(&MemberApis::of(&states), &scenario) {
-        Ok(r) => axum::Json(r.with_usage(&s.usage, std::time::SystemTime::now(), window)).into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
-    }
+    let r = match report(&MemberApis::of(&states), &scenario) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    let (usage, replicas, unanswered) = s.all_usage().await;
+    let mut r = r.with_usage(&usage, std::time::SystemTime::now(), window);
+    r.replicas = replicas;
+    r.replicas_unanswered = unanswered;
+    axum::Json(r).into_response()
+}
+
+/// `GET /usage`: this replica's own counts (the others add them up).
+async fn usage_handler(State(s): State<AdminState>) -> Response {
+    axum::Json(crate::usage::replicas::ReplicaCounts { replica: s.replicas.me.clone(), counts: s.usage.snapshot() }).into_response()
 }
 
 /// The current table and each apiserver's health, for operators and tests.

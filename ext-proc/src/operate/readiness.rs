@@ -87,6 +87,13 @@ pub struct Report {
     pub usage_window: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub usage_since: Option<String>,
+    /// The mvp-ext-proc replicas whose counts these are (`usage::replicas`).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub replicas: Vec<String>,
+    /// Replicas asked that did not answer, with why: the clients of the
+    /// Envoys that log to them are missing.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub replicas_unanswered: Vec<String>,
 }
 
 impl Report {
@@ -115,6 +122,21 @@ impl Report {
     /// (their views of the members can differ for a moment), each API's
     /// clients counted by both summed, the worse verdict.
     pub fn merge(mut self, other: Report) -> Report {
+        // A replica that already added the other's counts (`serve
+        // --replica`): counting them again would count each client twice.
+        let covers = |a: &Report, b: &Report| !b.replicas.is_empty() && b.replicas.iter().all(|r| a.replicas.contains(r));
+        if covers(&self, &other) {
+            return self;
+        }
+        if covers(&other, &self) {
+            return other;
+        }
+        for r in &other.replicas {
+            if !self.replicas.contains(r) {
+                self.replicas.push(r.clone());
+            }
+        }
+        self.replicas_unanswered.extend(other.replicas_unanswered.iter().cloned());
         fn merge_apis(mine: &mut Vec<Api>, theirs: Vec<Api>) {
             for a in theirs {
                 match mine.iter_mut().find(|m| m.routed_by == a.routed_by) {
@@ -330,6 +352,8 @@ pub fn report(members: &[MemberApis<'_>], scenario: &Scenario) -> Result<Report,
         lost_on_rollback,
         verdict,
         clients_losing: None,
+        replicas: vec![],
+        replicas_unanswered: vec![],
         usage_window: None,
         usage_since: None,
     })

@@ -87,6 +87,44 @@ fn replicas_reports_merge() {
     let clients = &merged.lost[0].used_by.as_ref().unwrap().clients;
     assert_eq!(clients.iter().map(|c| (c.who.to_string(), c.count)).collect::<Vec<_>>(), [("x (token claim, unverified)".to_string(), 5), ("y (token claim, unverified)".into(), 1)]);
     assert_eq!((merged.clients_losing, merged.verdict), (Some(2), Verdict::Breaks));
+
+    // Replicas that add each other's counts (`serve --replica`): asking
+    // both counts each client once.
+    let with = |n: usize, replicas: &[&str]| {
+        let mut r = seen(n, "x");
+        r.replicas = replicas.iter().map(|s| s.to_string()).collect();
+        r
+    };
+    let count = |r: &Report| r.lost[0].used_by.as_ref().unwrap().clients[0].count;
+    assert_eq!(count(&with(5, &["p", "q"]).merge(with(5, &["q", "p"]))), 5);
+    assert_eq!(count(&with(2, &["p"]).merge(with(5, &["q", "p"]))), 5, "the one that added the other's");
+    let both = with(2, &["p"]).merge(with(3, &["q"]));
+    assert_eq!((count(&both), both.replicas.clone()), (5, vec!["p".to_string(), "q".to_string()]));
+}
+
+/// Another replica's counts added: clients both saw summed, the earliest
+/// start kept, held to the bounds.
+#[test]
+fn replicas_counts_add_up() {
+    use crate::usage::{Usage, Use, Who};
+    let at = std::time::SystemTime::now();
+    let counts = |who: &str, n: usize| {
+        let u = Usage::default();
+        for _ in 0..n {
+            u.record(Use { api: "v1/pods/log".into(), who: Who::Unidentified, user_agent: who.into(), source: "10.0.0.1".into(), answered_by: None, at, token: None });
+        }
+        u.snapshot()
+    };
+    let mut mine = counts("kubectl", 2);
+    let mut theirs = counts("kubectl", 3);
+    theirs.since = mine.since - std::time::Duration::from_secs(60);
+    theirs.apis.extend(counts("k9s", 1).apis.into_values().map(|v| ("batch/v1/jobs".to_string(), v)));
+    mine.absorb(theirs.clone());
+    let all = Usage::restored(mine);
+    let of = |api: &str| all.of(api, at, std::time::Duration::from_secs(60)).unwrap().clients.iter().map(|c| (c.user_agent.clone(), c.count)).collect::<Vec<_>>();
+    assert_eq!(of("v1/pods/log"), [("kubectl".to_string(), 5)]);
+    assert_eq!(of("batch/v1/jobs"), [("k9s".to_string(), 1)]);
+    assert_eq!(all.since, theirs.since);
 }
 
 #[test]

@@ -58,6 +58,12 @@ pub fn render(r: &Report) -> String {
     if let (Some(n), Some(window), Some(since)) = (r.clients_losing, &r.usage_window, &r.usage_since) {
         let _ = writeln!(out, "clients that used a lost API in the last {window} (counted since {since}): {n}");
     }
+    if r.replicas.len() > 1 {
+        let _ = writeln!(out, "counted by the replicas: {}", r.replicas.join(", "));
+    }
+    for why in &r.replicas_unanswered {
+        let _ = writeln!(out, "not counted (a replica did not answer; its Envoys' clients are missing): {why}");
+    }
     let verdict = match r.verdict {
         Verdict::Ready => "ready: every API served now stays served".to_string(),
         Verdict::Breaks => match r.clients_losing {

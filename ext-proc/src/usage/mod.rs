@@ -18,6 +18,7 @@
 
 pub mod als;
 pub mod persist;
+pub mod replicas;
 pub mod verify;
 
 use std::collections::HashMap;
@@ -192,6 +193,21 @@ pub struct Saved {
     pub dropped: u64,
 }
 
+impl Saved {
+    /// Another replica's counts added to these (each client both counted
+    /// summed; [`Usage::restored`] then holds the sum to the bounds).
+    pub fn absorb(&mut self, other: Saved) {
+        self.since = self.since.min(other.since);
+        self.dropped += other.dropped;
+        for (api, theirs) in other.apis {
+            let mine = self.apis.remove(&api);
+            if let Some(merged) = ApiUse::merged(mine, Some(theirs)) {
+                self.apis.insert(api, merged);
+            }
+        }
+    }
+}
+
 fn cut(mut s: String) -> String {
     if s.len() > MAX_TEXT {
         let mut end = MAX_TEXT;
@@ -279,6 +295,12 @@ impl Usage {
     pub fn to_save(&self, after: u64) -> Option<(u64, Saved)> {
         let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (inner.generation != after).then(|| (inner.generation, Saved { since: self.since, apis: inner.apis.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), dropped: inner.dropped }))
+    }
+
+    /// Every count as it stands (`/usage`, for the other replicas).
+    pub fn snapshot(&self) -> Saved {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Saved { since: self.since, apis: inner.apis.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), dropped: inner.dropped }
     }
 
     /// An API's clients seen within `window` of `now`, most used first.

@@ -139,6 +139,9 @@ impl FrontDoor {
             let free = free_ports(2);
             topology.standbys.push(Replica { grpc: free.first().copied().unwrap_or(0), metrics: free.get(1).copied().unwrap_or(0) });
         }
+        if options.replica_peers {
+            topology.replicas_know_each_other();
+        }
         let ext_proc = Proc::spawn("mvp-ext-proc", dir.path(), &ext_proc_bin()?, &topology.serve_args())?;
         let mut standbys = Vec::new();
         for i in 0..topology.standbys.len() {

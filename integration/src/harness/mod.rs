@@ -18,12 +18,14 @@
 //!   `http.server` (not the project's code).
 
 pub mod balancer;
+pub mod cluster_dns;
 pub mod container;
 pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;
 pub mod http1_apiservers;
 pub mod node;
+pub mod node_cleanup;
 pub mod options;
 pub mod process;
 pub mod real;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use super::process::{Proc, arg, free_ports, machine_lock, wait_for};
+use super::node_cleanup::{kubelet_chains_present, reap_stale_nodes, remove_cni_chains, remove_kubelet_chains, unmount_under};
 use super::real::RealControlPlane;
 
 /// The project's images (`scripts/images.sh`) a node imports.
@@ -37,10 +38,10 @@ pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// The pod network: the CNI bridge plugin on a bridge of the node's own,
 /// addresses from host-local (kept in the node's directory).
 pub const POD_SUBNET: &str = "10.244.77.0/24";
-const POD_BRIDGE: &str = "mvp77";
+pub(super) const POD_BRIDGE: &str = "mvp77";
 /// Where containerd's runc shim keeps its containers' state for the `k8s.io`
 /// namespace, whatever containerd's own state directory.
-const RUNC_ROOT: &str = "/run/containerd/runc/k8s.io";
+pub(super) const RUNC_ROOT: &str = "/run/containerd/runc/k8s.io";
 
 /// What a node runs besides its static pods.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,6 +52,8 @@ pub struct NodeOptions {
     /// kube-proxy (iptables), for Services' ClusterIPs — the `kubernetes`
     /// Service a pod's in-cluster configuration names among them.
     pub kube_proxy: bool,
+    /// Pods resolve Services by name ([`super::cluster_dns`]).
+    pub cluster_dns: bool,
 }
 
 pub struct Node {
@@ -62,6 +65,7 @@ pub struct Node {
     kubelet: Option<Proc>,
     kube_proxy: Option<Proc>,
     containerd: Option<Proc>,
+    _dns: Option<super::cluster_dns::ClusterDns>,
     options: NodeOptions,
     /// The kubelet's own iptables chains are this node's to remove: the
     /// host had none before it started.
@@ -86,7 +90,7 @@ pub fn node_bin_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-fn run(program: &str, args: &[&str]) -> Result<String> {
+pub(super) fn run(program: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(program).args(args).output().with_context(|| format!("running {program}"))?;
     if !out.status.success() {
         bail!("{program} {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -127,6 +131,9 @@ impl Node {
                         {"type": "bridge", "bridge": POD_BRIDGE, "isGateway": true, "ipMasq": false, "hairpinMode": true,
                          "ipam": {"type": "host-local", "dataDir": arg(&d.join("cni-ipam")), "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}},
                         {"type": "portmap", "capabilities": {"portMappings": true}},
+                        // Pod to pod across the bridge: FORWARD's policy may
+                        // drop (the Docker engine sets DROP), as on real nodes.
+                        {"type": "firewall", "backend": "iptables"},
                     ],
                 })
                 .to_string(),
@@ -187,6 +194,10 @@ state = "{state}"
         let user = format!("    client-certificate: {}\n    client-key: {}", cp.admin.cert_file.display(), cp.admin.key_file.display());
         let first = cp.apiservers.first().context("an apiserver")?;
         let kubeconfig = super::secure::kubeconfig(d, &first.url(), &cp.pki.serving.cert_file, &user);
+        let dns = match options.cluster_dns {
+            true => Some(super::cluster_dns::ClusterDns::start(&super::real_workload::host_ipv4()?, first.url(), cp.http.clone()).await?),
+            false => None,
+        };
         std::fs::write(
             d.join("kubelet.yaml"),
             format!(
@@ -212,9 +223,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 fileCheckFrequency: 1s
 syncFrequency: 5s
-"#,
+{dns}"#,
                 manifests = arg(&manifests),
                 sock = arg(&sock),
+                dns = dns.as_ref().map(super::cluster_dns::ClusterDns::kubelet_config).unwrap_or_default(),
             ),
         )?;
         let kubelet = Proc::spawn(
@@ -261,7 +273,7 @@ syncFrequency: 5s
             }
             false => None,
         };
-        let node = Node { name, manifests, sock, kubelet: Some(kubelet), kube_proxy, containerd: Some(containerd), options, owns_kubelet_chains, dir, _lock: lock };
+        let node = Node { name, manifests, sock, kubelet: Some(kubelet), kube_proxy, containerd: Some(containerd), _dns: dns, options, owns_kubelet_chains, dir, _lock: lock };
         let url = format!("{}/api/v1/nodes/{}", first.url(), node.name);
         let registered = wait_for("the kubelet to register its node", Duration::from_secs(60), || async { cp.http.get(&url).send().await.ok().filter(|r| r.status() == 200) }).await;
         if let Err(e) = registered {
@@ -321,79 +333,10 @@ impl Drop for Node {
         unmount_under(self.dir.path());
         if self.options.pod_network {
             let _ = Command::new("ip").args(["link", "del", POD_BRIDGE]).output();
+            remove_cni_chains();
         }
         if self.owns_kubelet_chains {
             remove_kubelet_chains();
-        }
-    }
-}
-
-/// Undoes every mount under `dir`, deepest first.
-fn unmount_under(dir: &Path) {
-    let prefix = dir.to_string_lossy().into_owned();
-    let mounts: Vec<String> = std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
-        .filter(|m| m.starts_with(&prefix))
-        .collect();
-    for m in mounts.iter().rev() {
-        let _ = Command::new("umount").args(["-l", m]).status();
-    }
-}
-
-/// What a node killed before its `Drop` ran (a test run stopped by a
-/// timeout, a machine restarted) left behind: its processes,
-/// mounts, pods' network namespaces and directory, the bridge, kube-proxy's
-/// rules and the kubelet's chains. Without this the next node would start
-/// beside them and count the chains as not its own.
-fn reap_stale_nodes(bin: &Path) {
-    let Ok(entries) = std::fs::read_dir("/tmp") else { return };
-    for dir in entries.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("mvp-node-"))) {
-        // Its kubelet, kube-proxy, containerd and shims: each names a file
-        // in the directory on its command line.
-        let _ = Command::new("pkill").args(["-9", "-f", &format!("{}/", arg(&dir))]).status();
-        // Its containers outlive their shims: runc's own state has them.
-        let list = run("runc", &["--root", RUNC_ROOT, "list", "--format", "json"]).unwrap_or_default();
-        let containers: Vec<serde_json::Value> = serde_json::from_str(&list).unwrap_or_default();
-        for c in containers.iter().filter(|c| c["bundle"].as_str().is_some_and(|b| b.starts_with(&format!("{}/", arg(&dir))))) {
-            if let Some(id) = c["id"].as_str() {
-                let _ = run("runc", &["--root", RUNC_ROOT, "delete", "--force", id]);
-            }
-        }
-        unmount_under(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let _ = Command::new("ip").args(["link", "del", POD_BRIDGE]).output();
-    if Command::new("iptables").args(["-t", "nat", "-nL", "KUBE-SERVICES"]).output().map(|o| o.status.success()).unwrap_or(false) {
-        let _ = Command::new(bin.join("kube-proxy")).args(["--cleanup", "--proxy-mode", "iptables"]).output();
-    }
-    remove_kubelet_chains();
-}
-
-/// The chains every kubelet makes (`pkg/kubelet/kubelet_network_linux.go`):
-/// its canaries, the iptables-mode hint, and KUBE-FIREWALL, whose rule drops
-/// packets to 127.0.0.0/8 from other addresses — not to be left behind on a
-/// test machine.
-const KUBELET_CHAINS: [(&str, &str); 4] = [("mangle", "KUBE-IPTABLES-HINT"), ("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"), ("filter", "KUBE-KUBELET-CANARY")];
-
-fn kubelet_chains_present() -> bool {
-    Command::new("iptables").args(["-t", "filter", "-nL", "KUBE-FIREWALL"]).output().map(|o| o.status.success()).unwrap_or(false)
-}
-
-fn remove_kubelet_chains() {
-    for tool in ["iptables", "ip6tables"] {
-        let ipt = |args: &[&str]| {
-            let _ = Command::new(tool).args(args).output();
-        };
-        for hook in ["INPUT", "OUTPUT"] {
-            ipt(&["-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL"]);
-        }
-        ipt(&["-t", "filter", "-F", "KUBE-FIREWALL"]);
-        ipt(&["-t", "filter", "-X", "KUBE-FIREWALL"]);
-        for (table, chain) in KUBELET_CHAINS {
-            ipt(&["-t", table, "-F", chain]);
-            ipt(&["-t", table, "-X", chain]);
         }
     }
 }

@@ -58,6 +58,10 @@ pub struct Options {
     /// The bearer token the harness shows mvp-ext-proc's operator endpoints
     /// (`serve --authentication-kubeconfig` in `ext_proc_args`).
     pub operator_token: Option<String>,
+    /// Every replica is told every replica's operator endpoint (`serve
+    /// --replica`, itself among them): each adds the others' skew-log
+    /// counts.
+    pub replica_peers: bool,
 }
 
 impl Default for Options {
@@ -68,6 +72,7 @@ impl Default for Options {
             edit_config: None,
             ext_proc_args: vec![],
             operator_token: None,
+            replica_peers: false,
             discovery_token: None,
             tls: None,
             fixed_ports: None,

@@ -136,6 +136,15 @@ impl Topology {
         )
     }
 
+    /// Each replica told every replica's operator endpoint, itself among
+    /// them (`serve --replica`: it skips itself).
+    pub fn replicas_know_each_other(&mut self) {
+        let all: Vec<u16> = std::iter::once(self.ports.metrics).chain(self.standbys.iter().map(|r| r.metrics)).collect();
+        for m in all {
+            self.serve_extra.extend(["--replica".into(), format!("http://127.0.0.1:{m}")]);
+        }
+    }
+
     /// `mvp-ext-proc serve` flags of standby `i` (its own state file beside
     /// the first one's, as on another node).
     pub fn standby_serve_args(&self, i: usize) -> Option<Vec<String>> {
