@@ -17,6 +17,19 @@ pub struct Process {
     pub ready: bool,
     /// SIGTERM sent: `/readyz` fails, in-flight requests still finish.
     pub stopping: bool,
+    /// When a stopping process stops taking new requests (kube-apiserver:
+    /// its `--shutdown-delay-duration` after SIGTERM, when its listener
+    /// closes; its exit comes after its requests in flight end). `None`:
+    /// until it is gone.
+    pub accepts_until: Option<Instant>,
+}
+
+impl Process {
+    /// Whether it took new requests at `at` (up, not past its shutdown
+    /// delay).
+    pub fn accepting_at(&self, at: Instant) -> bool {
+        self.accepts_until.is_none_or(|until| at <= until)
+    }
 }
 
 /// name → the process listening under that name now.
@@ -39,7 +52,7 @@ impl Timeline {
     /// Started (or about to be): a 404 for its APIs is wrong from now on.
     pub fn up(&self, name: &str, release: &str) {
         self.change(|s| {
-            s.insert(name.to_string(), Process { release: release.to_string(), ready: false, stopping: false });
+            s.insert(name.to_string(), Process { release: release.to_string(), ready: false, stopping: false, accepts_until: None });
         });
     }
 
@@ -56,6 +69,17 @@ impl Timeline {
         self.change(|s| {
             if let Some(p) = s.get_mut(name) {
                 p.stopping = true;
+            }
+        });
+    }
+
+    /// [`Timeline::stopping`], taking new requests for `delay` more.
+    pub fn stopping_after(&self, name: &str, delay: std::time::Duration) {
+        let until = Instant::now() + delay;
+        self.change(|s| {
+            if let Some(p) = s.get_mut(name) {
+                p.stopping = true;
+                p.accepts_until = Some(until);
             }
         });
     }

@@ -195,7 +195,7 @@ mod tests {
     use super::*;
 
     fn state(procs: &[(&str, &str, bool)]) -> State {
-        procs.iter().map(|(n, r, stopping)| (n.to_string(), Process { release: r.to_string(), ready: true, stopping: *stopping })).collect()
+        procs.iter().map(|(n, r, stopping)| (n.to_string(), Process { release: r.to_string(), ready: true, stopping: *stopping, accepts_until: None })).collect()
     }
 
     fn answer(status: u16, body: Value, watch: Option<(usize, bool)>) -> Outcome {

@@ -9,8 +9,11 @@
 //! gets by upgrading alone.
 //!
 //! Clients loop list, get, watch and create over an API every release
-//! serves, one 1.36 added and one only 1.37 serves, and `/apis`, through
-//! three front doors on the same servers at the same moments:
+//! serves, one 1.36 added, one only 1.37 serves and one the upgrade takes
+//! away (`coordination.k8s.io/v1beta1`, turned on by `--runtime-config` on
+//! 1.35 and 1.36, left off on 1.37, as an operator upgrading would find
+//! it), and `/apis`, through three front doors on the same servers at the
+//! same moments:
 //! - a plain round robin with kube's MVP switched off for its requests by
 //!   kube's own means (what a load balancer gave before 1.36);
 //! - a plain round robin, kube's MVP doing what it does;
@@ -21,6 +24,12 @@
 //! (new and reused connections, HTTP/2 and HTTP/1.1) count disruption
 //! seconds the way OpenShift's upgrade tests do: seconds with any failed
 //! sample.
+//!
+//! Before each 1.36 server goes in the last round, `mvp-ext-proc readiness
+//! --remove` says what its leaving takes away: nothing while another 1.36
+//! server serves the API the upgrade removes; that API, and the client using
+//! it (its token as the cluster reviews it) with a count no larger than the
+//! requests it sent, before the last.
 //!
 //! `MVP_UPGRADE_REPORT=FILE` writes the side-by-side table (markdown);
 //! `MVP_UPGRADE_SETTLE=N` makes each step wait for N requests per door
@@ -50,16 +59,23 @@ struct Api {
 /// Every release serves configmaps; 1.36 added mutatingadmissionpolicies
 /// (and their bindings) to `admissionregistration.k8s.io/v1`, a
 /// group-version every release serves; only 1.37 serves
-/// `certificates.k8s.io/v1` clustertrustbundles. Who serves what is read
-/// from each release's own discovery as it comes up, and checked.
-const APIS: [Api; 3] = [
+/// `certificates.k8s.io/v1` clustertrustbundles; only 1.35 and 1.36 (as
+/// configured: [`REMOVED_BY_UPGRADE`]) serve `coordination.k8s.io/v1beta1`
+/// leasecandidates. Who serves what is read from each release's own
+/// discovery as it comes up, and checked.
+const APIS: [Api; 4] = [
     Api { list: "/api/v1/configmaps", collection: "/api/v1/namespaces/default/configmaps" },
     Api {
         list: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings",
         collection: "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings",
     },
     Api { list: "/apis/certificates.k8s.io/v1/clustertrustbundles", collection: "/apis/certificates.k8s.io/v1/clustertrustbundles" },
+    Api { list: "/apis/coordination.k8s.io/v1beta1/leasecandidates", collection: "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates" },
 ];
+/// The API the upgrade takes away: on before 1.37, off from it.
+const REMOVED_BY_UPGRADE: &str = "--runtime-config=coordination.k8s.io/v1beta1=true";
+/// Its route key's label (the access log's `routedBy`, `readiness`'s).
+const REMOVED_LABEL: &str = "coordination.k8s.io/v1beta1/leasecandidates";
 /// The named object every client gets, created once a server of a release
 /// that serves its API is up (and never deleted: a 404 for it is wrong).
 const PROBE: &str = "upgrade-probe";
@@ -73,7 +89,9 @@ fn object(api: usize, name: Option<&str>, ca_pem: &str) -> Value {
     match api {
         0 => json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}),
         1 => json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding", "metadata": meta, "spec": {"policyName": "upgrade-policy"}}),
-        _ => json!({"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle", "metadata": meta, "spec": {"trustBundle": ca_pem}}),
+        2 => json!({"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle", "metadata": meta, "spec": {"trustBundle": ca_pem}}),
+        _ => json!({"apiVersion": "coordination.k8s.io/v1beta1", "kind": "LeaseCandidate", "metadata": meta,
+            "spec": {"leaseName": "upgrade-lease", "binaryVersion": "1.35.0", "emulationVersion": "1.35.0", "strategy": "OldestEmulationVersion"}}),
     }
 }
 
@@ -102,6 +120,12 @@ fn settle() -> usize {
     std::env::var("MVP_UPGRADE_SETTLE").ok().and_then(|s| s.parse().ok()).unwrap_or(100)
 }
 const SAMPLED: &str = "/api/v1/configmaps?limit=1";
+/// Each server's `--shutdown-delay-duration`: `/readyz` fails, requests are
+/// still taken; then its listener closes.
+const SHUTDOWN_DELAY: Duration = Duration::from_secs(3);
+/// The looping clients' user agent (`readiness` names clients by it and
+/// by who they are).
+const USER_AGENT: &str = "upgrade-soak/1.0";
 
 /// One answer, judged at the end (when every release's API set is known).
 struct Record {
@@ -111,13 +135,15 @@ struct Record {
     states: Vec<State>,
     status: Option<u16>,
     body: Value,
+    /// When its answer was in.
+    ended: Instant,
 }
 
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
     /// Per API: its probe object exists.
-    probe: [AtomicBool; 3],
+    probe: [AtomicBool; 4],
     records: Mutex<Vec<Record>>,
     /// Set with `stop`: the samplers' own flag.
     sampling: Arc<AtomicBool>,
@@ -143,7 +169,7 @@ async fn ask(c: &reqwest::Client, base: &str, verb: Verb, api: Option<usize>, ca
         Verb::Create => c.post(format!("{base}{collection}")).json(&object(api.unwrap_or(0), None, ca_pem)),
         Verb::Discovery => c.get(format!("{base}/apis")).header("accept", DISCOVERY),
     };
-    match req.bearer_auth(TOKENS[0].0).send().await {
+    match req.bearer_auth(TOKENS[0].0).header("user-agent", USER_AGENT).send().await {
         // An established watch streams until its timeout: its head says it.
         Ok(r) if verb == Verb::Watch && r.status().is_success() => (Some(r.status().as_u16()), Value::Null),
         Ok(r) => {
@@ -173,8 +199,9 @@ fn start_load(shared: &Arc<Shared>, d: usize, door: &FrontDoor, base: &str, t0: 
                 }
                 let started = Instant::now();
                 let (status, body) = ask(&c, &base, verb, api, &shared.ca_pem).await;
-                let states = shared.timeline.during(started, Instant::now());
-                shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(Record { door: d, verb, api, states, status, body });
+                let ended = Instant::now();
+                let states = shared.timeline.during(started, ended);
+                shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(Record { door: d, verb, api, states, status, body, ended });
             }
         }));
         let samplers = [true, false].map(|fresh| Sampler { fresh, client: if fresh { new_connection_each_time(door, http2) } else { door.https(None, http2).unwrap() } });
@@ -200,10 +227,13 @@ const CLASSES: [&str; 8] = ["correct 2xx", "correct 404", "wrong 404", "503 Stat
 fn classify(r: &Record, served: &BTreeMap<String, BTreeSet<String>>) -> (&'static str, Option<String>) {
     let list = r.api.and_then(|a| APIS.get(a)).map(|a| a.list);
     let serves = |p: &Process| list.is_none_or(|l| served.get(&p.release).is_some_and(|set| set.contains(l)));
-    // Up: the bar for a wrong 404. Up and ready (/readyz 200 seen): the bar
-    // for a 503 a capable server could have answered.
+    // Up: the bar for a wrong 404. Up, ready (/readyz 200 seen) and taking
+    // new requests (a stopping one until its shutdown delay ends, when its
+    // listener closes) until the answer: the bar for a 503 a capable server
+    // could have answered. The last server of the API the upgrade removes
+    // stops taking requests seconds before it exits: a 503 then is honest.
     let capable = |s: &State| s.values().any(serves);
-    let capable_ready = |s: &State| s.values().any(|p| p.ready && serves(p));
+    let capable_ready = |s: &State| s.values().any(|p| p.ready && p.accepting_at(r.ended) && serves(p));
     let what = format!("{:?} {}", r.verb, list.unwrap_or("/apis"));
     let other = |detail: String| ("other", Some(format!("{} {what}: {detail}", r.status.map_or("no answer".into(), |s| s.to_string()))));
     match r.status {
@@ -212,7 +242,7 @@ fn classify(r: &Record, served: &BTreeMap<String, BTreeSet<String>>) -> (&'stati
         Some(200..=299) => ("correct 2xx", None),
         Some(404) if r.states.iter().any(capable) => ("wrong 404", Some(what)),
         Some(404) => ("correct 404", None),
-        Some(503) if r.body["kind"] == "Status" && r.states.iter().all(capable_ready) => ("503 Status, capable up", Some(format!("503 Status, capable up: {what}"))),
+        Some(503) if r.body["kind"] == "Status" && r.states.iter().all(capable_ready) => ("503 Status, capable up", Some(format!("503 Status, capable up: {what} ({})", r.body["message"]))),
         Some(503) if r.body["kind"] == "Status" => ("503 Status", None),
         Some(503) => ("plain-text 503", Some(what)),
         Some(429) => ("429 Retry-After", None),
@@ -235,6 +265,35 @@ async fn create_probes(cp: &RealControlPlane, i: usize, served: &BTreeSet<String
     }
 }
 
+/// `mvp-ext-proc readiness --remove name` before a 1.36 server goes: the
+/// API the upgrade removes is lost only with the `last` of them, and then
+/// names the looping clients with a count no larger than the requests they
+/// sent for it through mvp-envoy.
+async fn readiness_before_removing(door: &FrontDoor, shared: &Shared, name: &str, last: bool) {
+    let ask = || {
+        let out = std::process::Command::new(integration::harness::ext_proc_bin().unwrap())
+            .args(["readiness", "--remove", name, "-o", "json", "--server", &format!("http://127.0.0.1:{}", door.metrics_port)])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let api = report["lost"].as_array().and_then(|l| l.iter().find(|a| a["routedBy"] == REMOVED_LABEL).cloned());
+        (out.status.code(), report, api)
+    };
+    if !last {
+        let (_, report, api) = ask();
+        assert!(api.is_none(), "{name} leaving takes away {REMOVED_LABEL} while another 1.36 server serves it: {report}");
+        return;
+    }
+    let sent = || shared.records.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|r| r.door == 2 && r.api == Some(3) && r.status.is_some()).count();
+    let counted = |api: &Value| -> u64 { api["usedBy"]["clients"].as_array().into_iter().flatten().filter(|c| c["userAgent"] == USER_AGENT).filter_map(|c| c["count"].as_u64()).sum() };
+    let (code, report, api) = ask();
+    let api = api.unwrap_or_else(|| panic!("{name} is the last 1.36 server: readiness must name {REMOVED_LABEL}: {report}"));
+    assert_eq!((code, api["servedBy"].clone()), (Some(1), json!([name])), "{report}");
+    let (n, upper) = (counted(&api), sent());
+    assert!(n > 0 && n as usize <= upper, "{REMOVED_LABEL}: readiness counts {n} requests of {USER_AGENT}, mvp-envoy answered {upper} by now: {report}");
+    eprintln!("readiness --remove {name} (the last 1.36 server): {REMOVED_LABEL} used by {USER_AGENT}: {n} requests counted (mvp-envoy answered {upper} for it, watches logged when they end)");
+}
+
 struct Row {
     door: &'static str,
     classes: BTreeMap<&'static str, usize>,
@@ -244,7 +303,8 @@ struct Row {
 }
 
 async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity::Summary) {
-    let graceful = ["--shutdown-delay-duration=3s", "--shutdown-send-retry-after=true"];
+    let delay = format!("--shutdown-delay-duration={}s", SHUTDOWN_DELAY.as_secs());
+    let graceful = [delay.as_str(), "--shutdown-send-retry-after=true", REMOVED_BY_UPGRADE];
     let specs: Vec<Spec> = NAMES.iter().map(|n| Spec::new(n, Release::minor(35), &graceful).with(KubeMvp::AsReleased)).collect();
     let mut cp = RealControlPlane::start_specs(&specs).await.unwrap();
     let door = cp.front_door().await.unwrap();
@@ -282,8 +342,11 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
 
     for (release, minor) in UPGRADES {
         for (i, name) in NAMES.iter().enumerate() {
+            if minor == 37 {
+                readiness_before_removing(&door, &shared, name, i == NAMES.len() - 1).await;
+            }
             let before: Vec<usize> = (0..DOORS.len()).map(|d| shared.count(d)).collect();
-            shared.timeline.stopping(name);
+            shared.timeline.stopping_after(name, SHUTDOWN_DELAY);
             cp.signal_apiserver(i, "TERM");
             door.wait_table_published(open(2)).await.unwrap();
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -293,6 +356,9 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
             assert!(!cp.apiserver_running(i), "{name} exits after its shutdown delay");
             shared.timeline.gone(name);
             cp.apiservers[i].release = Release::minor(minor);
+            if minor == 37 {
+                cp.apiservers[i].extra_args.retain(|a| a != REMOVED_BY_UPGRADE);
+            }
             // Up from just before it starts: a 404 for its APIs is judged
             // wrong from the first moment it could answer.
             shared.timeline.up(name, release);
@@ -377,7 +443,10 @@ async fn a_real_rolling_upgrade_side_by_side_with_kubes_own_mvp() {
     }
     // The skew is what the releases themselves say.
     let by = |list: &str| -> Vec<&str> { served.iter().filter(|(_, s)| s.contains(list)).map(|(r, _)| r.as_str()).collect() };
-    assert_eq!([by(APIS[0].list), by(APIS[1].list), by(APIS[2].list)], [vec!["1.35", "1.36", "1.37"], vec!["1.36", "1.37"], vec!["1.37"]]);
+    assert_eq!(
+        [by(APIS[0].list), by(APIS[1].list), by(APIS[2].list), by(APIS[3].list)],
+        [vec!["1.35", "1.36", "1.37"], vec!["1.36", "1.37"], vec!["1.37"], vec!["1.35", "1.36"]]
+    );
 
     assert!(watch.created > 100 && watch.resumed >= 3, "{watch:?}");
     assert_eq!((watch.lost, watch.relists), (0, 0), "events lost across server stops: {watch:?}");
