@@ -106,8 +106,14 @@ impl Backend {
     /// The rendered production bootstrap for these upstreams, mvp-ext-proc
     /// reached over TCP.
     pub fn render(&self, listen: u16, admin: u16, filter: FilterBuild) -> Result<Value> {
+        self.render_with(listen, admin, filter, &[])
+    }
+
+    /// [`Backend::render`] with more `envoy-config` flags.
+    pub fn render_with(&self, listen: u16, admin: u16, filter: FilterBuild, flags: &[String]) -> Result<Value> {
         let mut t = self.front(listen, admin);
         t.filter = filter;
+        t.envoy_config_extra.extend(flags.iter().cloned());
         Ok(serde_yaml_ng::from_str(&t.render_envoy_config()?)?)
     }
 

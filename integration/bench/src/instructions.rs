@@ -155,7 +155,7 @@ async fn count(dir: &Path, backend: &Backend, (table, gvrs): (&ApiSet, usize), v
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     let (listen, admin) = two_ports();
-    let config = variant.config(backend.render(listen, admin, variant.filter_build())?, table, &|n| backend.address(n), backend.router_port)?;
+    let config = variant.config(backend.render_with(listen, admin, variant.filter_build(), &variant.envoy_config_flags())?, table, &|n| backend.address(n), backend.router_port)?;
     let wrapper = callgrind(&out);
     let envoy = backend
         .envoy_under(&format!("callgrind-{name}"), &config, (listen, admin), 1, variant.loads_table(), Some((&wrapper, Duration::from_secs(300))))

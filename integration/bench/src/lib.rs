@@ -220,7 +220,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         let capable: Vec<String> = table.routed_servers();
         for variant in list.into_iter().filter(|_| settings.front_door && settings.variants) {
             let (listen, admin) = two_ports();
-            let config = variant.config(backend.render(listen, admin, variant.filter_build())?, &table, &|n| backend.address(n), backend.router_port)?;
+            let config = variant.config(backend.render_with(listen, admin, variant.filter_build(), &variant.envoy_config_flags())?, &table, &|n| backend.address(n), backend.router_port)?;
             let envoy = backend.envoy(&format!("{}-{gvrs}", variant.name()), &config, listen, admin, 1, variant.loads_table()).await?;
             let url = format!("http://127.0.0.1:{listen}{}", table.routed_path());
             check_routing(&http, &url, variant, &capable)

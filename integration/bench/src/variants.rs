@@ -52,6 +52,13 @@ pub enum Variant {
     /// marked and logged) without the skew log and the warnings: what
     /// recording costs a skewed request. Counted only.
     NativeQuiet,
+    /// (16) the wasm door (2) asked for a resource every apiserver serves
+    /// (not pinned). Counted only.
+    WasmUnpinned,
+    /// (17) door (16) without the skew log and the warnings. Counted only.
+    WasmUnpinnedQuiet,
+    /// (18) door (2) without the skew log and the warnings. Counted only.
+    WasmQuiet,
 }
 
 impl Variant {
@@ -74,6 +81,9 @@ impl Variant {
             Variant::NativeUnpinned,
             Variant::NativeUnpinnedQuiet,
             Variant::NativeQuiet,
+            Variant::WasmUnpinned,
+            Variant::WasmUnpinnedQuiet,
+            Variant::WasmQuiet,
         ]
     }
 
@@ -100,6 +110,9 @@ impl Variant {
             Variant::NativeUnpinned => "native-unpinned",
             Variant::NativeUnpinnedQuiet => "native-unpinned-quiet",
             Variant::NativeQuiet => "native-quiet",
+            Variant::WasmUnpinned => "wasm-unpinned",
+            Variant::WasmUnpinnedQuiet => "wasm-unpinned-quiet",
+            Variant::WasmQuiet => "wasm-quiet",
         }
     }
 
@@ -117,6 +130,9 @@ impl Variant {
             Variant::NativeUnpinned => "Envoy + mvp filter as a native dynamic module, a resource every apiserver serves (not pinned)",
             Variant::NativeUnpinnedQuiet => "the same without the skew log and the warnings",
             Variant::NativeQuiet => "the native door, pinned, without the skew log and the warnings",
+            Variant::WasmUnpinned => "Envoy + mvp wasm filter, a resource every apiserver serves (not pinned)",
+            Variant::WasmUnpinnedQuiet => "the same without the skew log and the warnings",
+            Variant::WasmQuiet => "the wasm door, pinned, without the skew log and the warnings",
         }
     }
 
@@ -139,13 +155,27 @@ impl Variant {
             (Variant::NativeUnpinned, true) => 13,
             (Variant::NativeUnpinnedQuiet, _) => 14,
             (Variant::NativeQuiet, _) => 15,
+            (Variant::WasmUnpinned, _) => 16,
+            (Variant::WasmUnpinnedQuiet, _) => 17,
+            (Variant::WasmQuiet, _) => 18,
         }
     }
 
     /// Whether the door loads the routing table (its Envoy is ready once
     /// the refresher announced one).
     pub fn loads_table(&self) -> bool {
-        matches!(self, Variant::Wasm | Variant::Native | Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::NativeQuiet)
+        matches!(
+            self,
+            Variant::Wasm | Variant::Native | Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::NativeQuiet | Variant::WasmUnpinned | Variant::WasmUnpinnedQuiet | Variant::WasmQuiet
+        )
+    }
+
+    /// `envoy-config` flags its bootstrap is rendered with.
+    pub fn envoy_config_flags(&self) -> Vec<String> {
+        match self {
+            Variant::NativeUnpinnedQuiet | Variant::NativeQuiet | Variant::WasmUnpinnedQuiet | Variant::WasmQuiet => vec!["--record-skew=false".into(), "--warn-on-skew=false".into()],
+            _ => vec![],
+        }
     }
 
     /// The filter build its bootstrap is rendered with.
@@ -165,15 +195,16 @@ impl Variant {
     }
 
     /// Whether it routes by the route header (the native build pins by
-    /// upstream override host: no header reaches the upstream).
+    /// upstream override host: no header reaches the upstream; a request
+    /// not pinned is balanced without one).
     pub fn routes_by_header(&self) -> bool {
-        self.routes() && !matches!(self, Variant::Native | Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::NativeQuiet)
+        self.routes() && !self.unpinned() && !matches!(self, Variant::Native | Variant::NativeQuiet)
     }
 
     /// Whether its requests name a resource every apiserver serves (else one
     /// only some serve: pinned).
     pub fn unpinned(&self) -> bool {
-        matches!(self, Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet)
+        matches!(self, Variant::NativeUnpinned | Variant::NativeUnpinnedQuiet | Variant::WasmUnpinned | Variant::WasmUnpinnedQuiet)
     }
 
     /// `router_port`: where the `ext-proc-router` of variant (5) listens.
@@ -201,20 +232,15 @@ impl Variant {
                     m.remove(mvp_contract::envoy::NODE_NATIVE_MODULE);
                 }
             }
-            Variant::Wasm | Variant::Native | Variant::NativeUnpinned => remove_ext_proc(hcm),
-            Variant::NativeUnpinnedQuiet | Variant::NativeQuiet => {
-                remove_ext_proc(hcm);
-                remove_skew_log(hcm);
-                let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
-                let native = filters.iter_mut().find(|f| f["name"] == "mvp.route").context("the native filter")?;
-                let raw = native["typed_config"]["filter_config"]["value"].as_str().context("the native filter's config")?;
-                let mut router: Value = serde_json::from_str(raw)?;
-                if let Some(r) = router.as_object_mut() {
-                    r.remove("record_skew");
-                    r.remove("warn_on_skew");
-                }
-                native["typed_config"]["filter_config"]["value"] = Value::String(router.to_string());
-            }
+            // The quiet doors are rendered without them (`envoy_config_flags`).
+            Variant::Wasm
+            | Variant::Native
+            | Variant::NativeUnpinned
+            | Variant::NativeUnpinnedQuiet
+            | Variant::NativeQuiet
+            | Variant::WasmUnpinned
+            | Variant::WasmUnpinnedQuiet
+            | Variant::WasmQuiet => remove_ext_proc(hcm),
             Variant::WasmFloor => {
                 remove_ext_proc(hcm);
                 let filters = hcm["http_filters"].as_array_mut().context("http_filters")?;
