@@ -103,7 +103,7 @@ async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<
     assert_eq!(get("/healthz", None).await.0, 200);
     assert_eq!(get("/readyz", None).await.0, 200);
     // No token, a token the cluster does not know: 401 Status.
-    for (path, token) in [("/table", None), ("/metrics", None), ("/debug/route", None), ("/readiness", None), ("/", None), ("/table", Some("not-a-token"))] {
+    for (path, token) in [("/table", None), ("/metrics", None), ("/debug/route", None), ("/readiness", None), ("/usage", None), ("/", None), ("/table", Some("not-a-token"))] {
         let (status, body) = get(path, token).await;
         assert_eq!(status, 401, "{path} {token:?}: {body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -117,11 +117,13 @@ async fn check(cp: &RealControlPlane, kc: &Path, token_file: &Path, tls: Option<
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("User \\\"nobody\\\" cannot get path \\\"/metrics\\\""), "{body}");
     // system:masters: everything.
-    for path in ["/metrics", "/table", "/readiness", "/"] {
+    for path in ["/metrics", "/table", "/readiness", "/usage", "/"] {
         assert_eq!(get(path, Some(admin_token)).await.0, 200, "{path}");
     }
-    let (status, body) = get("/readiness", Some(nobody_token)).await;
-    assert_eq!(status, 403, "{body}");
+    for path in ["/readiness", "/usage"] {
+        let (status, body) = get(path, Some(nobody_token)).await;
+        assert_eq!(status, 403, "{path}: {body}");
+    }
     // explain presents a token.
     let explain = |token: Option<&std::path::Path>| {
         let mut c = Command::new(ext_proc_bin().unwrap());

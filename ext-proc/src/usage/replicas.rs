@@ -57,6 +57,8 @@ pub struct ReplicaOptions {
 pub enum ReplicaError {
     #[error("--replica {0:?}: expected http://HOST:PORT or https://HOST:PORT")]
     Url(String),
+    #[error("--replica {0:?}: --replica-token-file's token would cross the network in clear: use https:// (the operator port with --metrics-tls)")]
+    TokenInClear(String),
 }
 
 /// The other replicas, to ask.
@@ -90,7 +92,11 @@ impl Replicas {
         let mut urls = Vec::new();
         for u in &options.urls {
             let url = reqwest::Url::parse(u).ok().filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some() && url.port_or_known_default().is_some());
-            urls.push(url.ok_or_else(|| ReplicaError::Url(u.clone()))?);
+            let url = url.ok_or_else(|| ReplicaError::Url(u.clone()))?;
+            if url.scheme() == "http" && options.token_file.is_some() {
+                return Err(ReplicaError::TokenInClear(u.clone()));
+            }
+            urls.push(url);
         }
         Ok(Replicas { urls, options, me })
     }
@@ -201,6 +207,9 @@ mod tests {
         }
         let o = ReplicaOptions { urls: vec!["https://mvp-ext-proc.mvp-envoy.svc:9091".into(), "http://127.0.0.1:9090".into()], ..Default::default() };
         assert!(Replicas::new(o, "me".into()).is_ok());
+        // A bearer token never goes over plain HTTP.
+        let o = ReplicaOptions { urls: vec!["http://10.0.0.2:9091".into()], token_file: Some("/var/run/secrets/token".into()), ..Default::default() };
+        assert_eq!(Replicas::new(o, "me".into()).unwrap_err(), ReplicaError::TokenInClear("http://10.0.0.2:9091".into()));
     }
 
     #[test]
