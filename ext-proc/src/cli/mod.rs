@@ -332,7 +332,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             kubeconfig: a.membership_kubeconfig.clone(),
             lease_stale_after: a.lease_stale_after,
         }),
-        discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes },
+        discovery: DiscoveryOptions { timeout: a.discovery_timeout, max_document_bytes: a.max_discovery_bytes, plaintext_h2c: a.apiserver_h2c },
         discovery_token_file: a.discovery_token_file,
         username_header: requestheader.username_header().to_string(),
         group_header: requestheader.group_header().to_string(),

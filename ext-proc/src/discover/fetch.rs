@@ -26,7 +26,7 @@ pub enum FetchError {
     Invalid(String),
 }
 
-fn transport(e: reqwest::Error, base: &str) -> FetchError {
+fn transport(e: reqwest::Error, base: &str, h2c: bool) -> FetchError {
     // reqwest's Display omits the cause ("error sending request"); the chain
     // says what actually happened (connection refused, timeout, TLS).
     let mut msg = e.to_string();
@@ -36,12 +36,19 @@ fn transport(e: reqwest::Error, base: &str) -> FetchError {
         msg.push_str(&s.to_string());
         src = s.source();
     }
-    // HTTP/2 in plaintext is spoken only with `serve --apiserver-h2c`; an
-    // HTTP/1.1-only server answers its preface with garbage.
-    if base.starts_with("http://") && msg.contains("http2 error") {
+    if refused_h2c(&msg, base, h2c) {
         msg.push_str(H2C_HINT);
     }
     FetchError::Transport(msg)
+}
+
+/// Whether a plaintext server's failure looks like an HTTP/1.1-only server
+/// refusing HTTP/2 (spoken in plaintext only with `serve --apiserver-h2c`):
+/// it answers the preface with a 400 and closes — the client reads either
+/// the garbage (an HTTP/2 error) or, when the close comes first, a closed
+/// or reset connection.
+fn refused_h2c(msg: &str, base: &str, h2c: bool) -> bool {
+    h2c && base.starts_with("http://") && ["http2 error", "connection closed", "connection reset"].iter().any(|m| msg.to_ascii_lowercase().contains(m))
 }
 
 /// What a plaintext server's HTTP/2 failure most likely means.
@@ -60,7 +67,7 @@ pub async fn get(
     if let Some(e) = etag {
         req = req.header(IF_NONE_MATCH, e);
     }
-    let mut resp = req.send().await.map_err(|e| transport(e, base))?;
+    let mut resp = req.send().await.map_err(|e| transport(e, base, options.plaintext_h2c))?;
     match resp.status() {
         StatusCode::OK => {}
         StatusCode::NOT_MODIFIED if etag.is_some() => return Ok(Fetched::NotModified),
@@ -76,11 +83,32 @@ pub async fn get(
         return Err(FetchError::TooLarge(max));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| transport(e, base))? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| transport(e, base, options.plaintext_h2c))? {
         if body.len() + chunk.len() > max {
             return Err(FetchError::TooLarge(max));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(Fetched::Ok { body, content_type, etag })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_h2c;
+
+    /// Either way an HTTP/1.1-only server's refusal reads (the race the
+    /// `plaintext_http1` suite once lost), and only with h2c on, only in
+    /// plaintext.
+    #[test]
+    fn a_refused_preface_is_named_whichever_way_it_reads() {
+        let h2 = "error sending request for url (http://127.0.0.1:1/readyz): http2 error: connection error detected: frame with invalid size";
+        let closed = "error sending request for url (http://127.0.0.1:1/readyz): client error (Canceled): operation was canceled: connection closed";
+        let reset = "error sending request: client error (SendRequest): Connection reset by peer (os error 104)";
+        for msg in [h2, closed, reset] {
+            assert!(refused_h2c(msg, "http://127.0.0.1:1", true), "{msg}");
+            assert!(!refused_h2c(msg, "http://127.0.0.1:1", false), "HTTP/1.1 spoken: {msg}");
+            assert!(!refused_h2c(msg, "https://127.0.0.1:1", true), "TLS: {msg}");
+        }
+        assert!(!refused_h2c("error trying to connect: tcp connect error: Connection refused (os error 111)", "http://127.0.0.1:1", true));
+    }
 }

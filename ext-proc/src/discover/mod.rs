@@ -80,11 +80,14 @@ impl ReadyProbe {
 pub struct DiscoveryOptions {
     pub timeout: Duration,
     pub max_document_bytes: usize,
+    /// `serve --apiserver-h2c`: plaintext apiservers are asked in HTTP/2
+    /// (a failure says when one seems to speak HTTP/1.1 only).
+    pub plaintext_h2c: bool,
 }
 
 impl Default for DiscoveryOptions {
     fn default() -> Self {
-        DiscoveryOptions { timeout: Duration::from_secs(10), max_document_bytes: 64 << 20 }
+        DiscoveryOptions { timeout: Duration::from_secs(10), max_document_bytes: 64 << 20, plaintext_h2c: false }
     }
 }
 
