@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use super::process::{Proc, arg, free_ports, machine_lock, wait_for};
-use super::node_cleanup::{kubelet_chains_present, reap_stale_nodes, remove_cni_chains, remove_kubelet_chains, unmount_under};
+use super::node_cleanup::{kubelet_chains_present, reap_stale_nodes, remove_cni_chains, remove_kubelet_chains, remove_runc_containers_under, unmount_under};
 use super::real::RealControlPlane;
 
 /// The project's images (`scripts/images.sh`) a node imports.
@@ -330,6 +330,7 @@ impl Drop for Node {
         drop(self.containerd.take());
         // The shims outlive containerd: those of this node's socket.
         let _ = Command::new("pkill").args(["-9", "-f", &format!("containerd-shim.*{address}")]).status();
+        remove_runc_containers_under(&format!("{}/", arg(self.dir.path())));
         unmount_under(self.dir.path());
         if self.options.pod_network {
             let _ = Command::new("ip").args(["link", "del", POD_BRIDGE]).output();

@@ -33,17 +33,12 @@ pub(super) fn reap_stale_nodes(bin: &Path) {
         // Its kubelet, kube-proxy, containerd and shims: each names a file
         // in the directory on its command line.
         let _ = Command::new("pkill").args(["-9", "-f", &format!("{}/", arg(&dir))]).status();
-        // Its containers outlive their shims: runc's own state has them.
-        let list = run("runc", &["--root", RUNC_ROOT, "list", "--format", "json"]).unwrap_or_default();
-        let containers: Vec<serde_json::Value> = serde_json::from_str(&list).unwrap_or_default();
-        for c in containers.iter().filter(|c| c["bundle"].as_str().is_some_and(|b| b.starts_with(&format!("{}/", arg(&dir))))) {
-            if let Some(id) = c["id"].as_str() {
-                let _ = run("runc", &["--root", RUNC_ROOT, "delete", "--force", id]);
-            }
-        }
         unmount_under(&dir);
         let _ = std::fs::remove_dir_all(&dir);
     }
+    // Every node's containers, also those whose directory is gone: no node
+    // runs while this one holds the machine's node lock.
+    remove_runc_containers_under("/tmp/mvp-node-");
     let _ = Command::new("ip").args(["link", "del", POD_BRIDGE]).output();
     if Command::new("iptables").args(["-t", "nat", "-nL", "KUBE-SERVICES"]).output().map(|o| o.status.success()).unwrap_or(false) {
         let _ = Command::new(bin.join("kube-proxy")).args(["--cleanup", "--proxy-mode", "iptables"]).output();
@@ -75,6 +70,18 @@ pub(super) fn remove_kubelet_chains() {
         for (table, chain) in KUBELET_CHAINS {
             ipt(&["-t", table, "-F", chain]);
             ipt(&["-t", table, "-X", chain]);
+        }
+    }
+}
+
+/// The containers whose bundle is under `prefix`: they outlive their shims
+/// and containerd (a stopped one stays in runc's own state).
+pub(super) fn remove_runc_containers_under(prefix: &str) {
+    let list = run("runc", &["--root", RUNC_ROOT, "list", "--format", "json"]).unwrap_or_default();
+    let containers: Vec<serde_json::Value> = serde_json::from_str(&list).unwrap_or_default();
+    for c in containers.iter().filter(|c| c["bundle"].as_str().is_some_and(|b| b.starts_with(prefix))) {
+        if let Some(id) = c["id"].as_str() {
+            let _ = run("runc", &["--root", RUNC_ROOT, "delete", "--force", id]);
         }
     }
 }
