@@ -20,6 +20,7 @@ mod certs;
 mod daemon;
 mod explain;
 mod readiness;
+mod replica_args;
 mod envoy_config;
 
 use envoy_config::EnvoyConfigArgs;
@@ -250,27 +251,8 @@ struct ServeArgs {
     /// secure port. Probes then use HTTPS.
     #[arg(long, requires = "tls_cert_file")]
     metrics_tls: bool,
-    /// Another replica's operator endpoint (its --metrics-listen, e.g.
-    /// https://mvp-ext-proc.mvp-envoy.svc:9091; repeatable): `readiness` and
-    /// the status page add its skew-log counts to this one's — each Envoy
-    /// logs to the replica it prefers. A name is asked at every address it
-    /// resolves to (a headless Service: every replica); this replica finds
-    /// itself among them and skips itself.
-    #[arg(long = "replica", value_name = "URL")]
-    replicas: Vec<String>,
-    /// A bearer token to show the other replicas (their operator endpoints'
-    /// delegated authorization: `get` on /usage), re-read at each use —
-    /// e.g. the pod's projected ServiceAccount token.
-    #[arg(long, value_name = "FILE")]
-    replica_token_file: Option<std::path::PathBuf>,
-    /// The CA (PEM) an https:// --replica's certificate is checked against
-    /// (the control channel's ca.crt).
-    #[arg(long, value_name = "FILE")]
-    replica_ca_file: Option<std::path::PathBuf>,
-    /// The name an https:// --replica's certificate carries (`certs
-    /// --server-name`), checked whatever address it is reached at.
-    #[arg(long, value_name = "NAME", default_value = certs::DEFAULT_SERVER_NAME)]
-    replica_server_name: String,
+    #[command(flatten)]
+    replicas: replica_args::ReplicaArgs,
     #[command(flatten)]
     peer_tls: PeerTlsArgs,
     #[command(flatten)]
@@ -343,12 +325,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         apiserver_h2c: a.apiserver_h2c,
         apiserver_ping_timeout: a.apiserver_ping_timeout,
         metrics_tls: a.metrics_tls,
-        replicas: crate::usage::replicas::ReplicaOptions {
-            urls: a.replicas,
-            token_file: a.replica_token_file,
-            ca_file: a.replica_ca_file,
-            server_name: a.replica_server_name,
-        },
+        replicas: a.replicas.options(),
         delegated_auth: match (a.authentication_kubeconfig, a.delegated_auth_in_cluster) {
             (Some(path), _) => Some(Some(path)),
             (None, true) => Some(None),

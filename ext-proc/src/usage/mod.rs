@@ -294,13 +294,16 @@ impl Usage {
     /// since `after`.
     pub fn to_save(&self, after: u64) -> Option<(u64, Saved)> {
         let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        (inner.generation != after).then(|| (inner.generation, Saved { since: self.since, apis: inner.apis.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), dropped: inner.dropped }))
+        (inner.generation != after).then(|| (inner.generation, self.saved(&inner)))
+    }
+
+    fn saved(&self, inner: &Inner) -> Saved {
+        Saved { since: self.since, apis: inner.apis.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), dropped: inner.dropped }
     }
 
     /// Every count as it stands (`/usage`, for the other replicas).
     pub fn snapshot(&self) -> Saved {
-        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Saved { since: self.since, apis: inner.apis.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), dropped: inner.dropped }
+        self.saved(&self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// An API's clients seen within `window` of `now`, most used first.

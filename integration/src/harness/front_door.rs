@@ -91,11 +91,7 @@ impl FrontDoor {
     }
 
     async fn launch(dir: Workdir, fakes: Vec<Fake>, apiservers: Vec<(String, String)>, ports: Ports, options: Options) -> Result<FrontDoor> {
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(t) = &options.operator_token {
-            headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {t}").parse()?);
-        }
-        let http = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).default_headers(headers).build()?;
+        let http = options.harness_client()?;
         let seeds = match (options.membership, options.seeds) {
             (Some(_), Some(n)) => apiservers.iter().take(n).cloned().collect(),
             _ => apiservers.clone(),

@@ -64,6 +64,18 @@ pub struct Options {
     pub replica_peers: bool,
 }
 
+impl Options {
+    /// The harness's own client for Envoy's admin and mvp-ext-proc's
+    /// operator endpoints (with [`Options::operator_token`]).
+    pub fn harness_client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = &self.operator_token {
+            headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {t}").parse()?);
+        }
+        Ok(reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).default_headers(headers).build()?)
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
