@@ -120,6 +120,13 @@ pub trait Host {
     fn pin_last_resort(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
         self.pin(header, hosts)
     }
+    /// Writes the 503 Status's route value for a request no hold can help
+    /// (every apiserver that serves it is down, none coming back): as
+    /// [`Host::pin`], for a host that would otherwise keep the answer back
+    /// to hold the request (the native build's).
+    fn pin_unavailable(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.set_request_header(header, hosts).map(|()| true)
+    }
     /// Sets a request property (Envoy: filter state `wasm.<name>`, readable
     /// by the access log).
     fn set_property(&self, name: &str, value: &[u8]) -> Result<(), HostError>;

@@ -47,6 +47,8 @@ pub struct FakeHost {
     /// Keeps every pin back (`Ok(false)`), as the native host does for a
     /// request it is about to hold.
     pub keep_back_pins: std::cell::Cell<bool>,
+    /// How many 503 answers were written as no hold can help them.
+    pub unavailable_written: std::cell::Cell<u32>,
     /// Local replies sent: (status, details).
     pub replies: RefCell<Vec<(u32, String)>>,
     /// The downstream address (`IP:port`).
@@ -102,6 +104,12 @@ impl Host for FakeHost {
         if self.keep_back_pins.get() {
             return Ok(false);
         }
+        self.set_request_header(header, hosts).map(|()| true)
+    }
+
+    /// Written whatever `keep_back_pins` says, as the native host does.
+    fn pin_unavailable(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.unavailable_written.set(self.unavailable_written.get() + 1);
         self.set_request_header(header, hosts).map(|()| true)
     }
 

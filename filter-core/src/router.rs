@@ -36,6 +36,18 @@ pub enum Action {
     Answered,
 }
 
+/// How a newer table answers a held request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeldNow {
+    /// An apiserver serves it now.
+    Routed,
+    /// Still the 503 Status, and a member that serves it is coming back.
+    StillWaiting,
+    /// The 503 Status, and no wait can help any more (the members that
+    /// serve it are down): answered now, whatever its hold has left.
+    Unavailable,
+}
+
 /// State a worker's HTTP contexts share with its root context.
 pub struct Router {
     config: RouterConfig,
@@ -118,7 +130,9 @@ impl Router {
                 host.log(LogLevel::Warn, &format!("mvp router: warning a client: {e}"));
             }
         }
-        if let Decision::Unavailable { .. } = decision
+        // Held only while a wait can help: a member that serves it is
+        // coming back. Every one down: the 503 Status now (issue 63).
+        if decision.wait_helps()
             && let Some(holds) = &self.holds
             && holds.hold(host, context, table.version(), self.claim(host, end_of_stream))
         {
@@ -189,8 +203,8 @@ impl Router {
         let mut still = Vec::new();
         for h in held {
             match self.route_held(host, h, &table) {
-                Some(true) if may_wait => still.push(h),
-                Some(unavailable) => self.release(host, h, &table, unavailable),
+                Some(HeldNow::StillWaiting) if may_wait => still.push(h),
+                Some(now) => self.release(host, h, &table, now != HeldNow::Routed),
                 None => {}
             }
         }
@@ -201,12 +215,16 @@ impl Router {
         }
     }
 
-    /// Switches to a held request's context; whether the table still
-    /// answers it with the 503. None: the request is gone.
-    fn route_held<H: Host>(&self, host: &H, h: Held, table: &RouteTable) -> Option<bool> {
+    /// Switches to a held request's context; how the table answers it now.
+    /// None: the request is gone.
+    fn route_held<H: Host>(&self, host: &H, h: Held, table: &RouteTable) -> Option<HeldNow> {
         host.set_effective_context(h.context).ok()?;
         let path = request_path(host).unwrap_or_default();
-        Some(matches!(route::route(table, &DecodedPath::parse(&path)).1, Decision::Unavailable { .. }))
+        Some(match route::route(table, &DecodedPath::parse(&path)).1 {
+            Decision::Unavailable { wait_helps: true, .. } => HeldNow::StillWaiting,
+            Decision::Unavailable { wait_helps: false, .. } => HeldNow::Unavailable,
+            _ => HeldNow::Routed,
+        })
     }
 
     /// Lets a held request (the current context) go on, routed by `table`.
@@ -278,6 +296,7 @@ impl Router {
         self.counter.set(n.wrapping_add(1));
         let pinned = match decision {
             Decision::LastResort { .. } => host.pin_last_resort(&self.config.route_header, hosts),
+            Decision::Unavailable { wait_helps: false, .. } => host.pin_unavailable(&self.config.route_header, hosts),
             _ => host.pin(&self.config.route_header, hosts),
         };
         match pinned {

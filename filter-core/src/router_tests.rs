@@ -132,12 +132,23 @@ mod hold {
     const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs/j";
 
     /// The sample with c — alone serving batch/v1 jobs — closed
-    /// (restarting), or open again in a newer version.
+    /// (restarting: it answers, not read yet), or open again in a newer
+    /// version.
     fn table(c_open: bool, version: u64) -> pb::RoutingTable {
         let mut t = sample();
         t.version = version;
         t.apiservers[2].closed = !c_open;
+        t.apiservers[2].pending = !c_open;
+        t.apiservers[2].returning = !c_open;
         t.apiservers[2].healthy = c_open;
+        t
+    }
+
+    /// c closed and down: its port refuses connections, nothing says it
+    /// is coming back.
+    fn c_down(version: u64) -> pb::RoutingTable {
+        let mut t = table(false, version);
+        t.apiservers[2].returning = false;
         t
     }
 
@@ -292,6 +303,33 @@ mod hold {
         let answer = answering(&refresher, None, &[(3, JOBS)], 30);
         router.on_hold_answer(&answer, 77);
         assert!(answer.continued.borrow().is_empty());
+    }
+
+    /// Issue 63 item 1: a hold only while a wait can help. c down: the
+    /// 503 Status at once, no call, nothing held (the native host writes
+    /// it though it keeps other pins back). c coming back: held; and when a
+    /// newer table says c is down again, the held request gets its 503 at
+    /// once instead of at its deadline.
+    #[test]
+    fn holds_only_while_the_server_that_serves_it_is_coming_back() {
+        let refresher = FakeHost::default();
+        publish_table(&refresher, &c_down(7));
+        let router = router(&refresher, 8);
+        let request = refresher.sibling().with_path(JOBS);
+        request.keep_back_pins.set(true);
+        assert_eq!(router.on_request_headers(&request, 1, true), Action::Continue);
+        assert_eq!(request.header_values("x-mvp-route"), [UNAVAILABLE]);
+        assert_eq!((request.unavailable_written.get(), request.counter(Counter::Held), request.counter(Counter::HoldRefused)), (1, 0, 0));
+        assert!(request.calls.borrow().is_empty(), "no call: nothing to wait for");
+
+        publish_table(&refresher, &table(false, 8));
+        hold_jobs(&router, &refresher, 2..=2, 0);
+        let answer = answering(&refresher, new_table(c_down(9)), &[(2, JOBS)], 40);
+        router.on_hold_answer(&answer, 1);
+        assert_eq!(answer.request_values(2, "x-mvp-route"), [UNAVAILABLE]);
+        assert_eq!(*answer.continued.borrow(), [2]);
+        assert_eq!(held_property(&answer).as_deref(), Some("40 unavailable"), "answered when c went down, not at its deadline");
+        assert!(answer.calls.borrow().is_empty(), "not held again");
     }
 
     #[test]

@@ -54,22 +54,23 @@ pub struct NativeHost<'a> {
     rematch: Cell<bool>,
     /// The request may be held: an unavailable answer is kept back for the
     /// caller (`hold.rs`) instead of written.
-    pub(crate) holding: bool,
+    /// Cleared for a request no hold can help (`pin_unavailable`).
+    pub(crate) holding: Cell<bool>,
     /// The route's answer was the 503 Status (which of the two).
     pub(crate) unavailable: Cell<Option<&'static str>>,
 }
 
 impl<'a> NativeHost<'a> {
     pub fn new(target: Target<'a>) -> NativeHost<'a> {
-        NativeHost { target, rematch: Cell::new(false), holding: false, unavailable: Cell::new(None) }
+        NativeHost { target, rematch: Cell::new(false), holding: Cell::new(false), unavailable: Cell::new(None) }
     }
 
     pub fn set_holding(&mut self, holding: bool) {
-        self.holding = holding;
+        self.holding.set(holding);
     }
 
     pub fn holding(&self) -> bool {
-        self.holding
+        self.holding.get()
     }
 
     /// The unavailable answer the route gave, if it gave one.
@@ -169,6 +170,13 @@ impl Host for NativeHost<'_> {
 
     /// The native build's pin (`pin.rs`).
     fn pin(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.pin_request(header, hosts)
+    }
+
+    /// The 503 Status now: every apiserver that serves it is down, so the
+    /// request is not held (`filter.rs` parks only while `holding`).
+    fn pin_unavailable(&self, header: &str, hosts: &str) -> Result<bool, HostError> {
+        self.holding.set(false);
         self.pin_request(header, hosts)
     }
 

@@ -36,7 +36,7 @@ impl NativeHost<'_> {
         if hosts == UNAVAILABLE || hosts == UNAVAILABLE_DOCUMENT {
             let answer = if hosts == UNAVAILABLE { UNAVAILABLE } else { UNAVAILABLE_DOCUMENT };
             self.unavailable.set(Some(answer));
-            if self.holding {
+            if self.holding.get() {
                 return Ok(false);
             }
             if let Target::Request { log_listed: true, .. } = self.target {

@@ -32,7 +32,11 @@ pub enum Decision<'t> {
     /// unknown (restarting, or not read yet) — that member may be about to
     /// serve it. With `Retry-After` for a resource request; without for a
     /// discovery or OpenAPI document (see [`UNAVAILABLE_DOCUMENT`]).
-    Unavailable { set: ServerSet, retry_after: bool },
+    /// `wait_helps`: one of those members is coming back (starting, being
+    /// read: `Apiserver.returning`), so the filter may hold the request for
+    /// a newer table; otherwise every one is down and the 503 Status is
+    /// the answer now.
+    Unavailable { set: ServerSet, retry_after: bool, wait_helps: bool },
 }
 
 impl<'t> Decision<'t> {
@@ -43,6 +47,12 @@ impl<'t> Decision<'t> {
             Decision::Pinned { set, .. } | Decision::LastResort { set, .. } | Decision::Unavailable { set, .. } => Some(*set),
             Decision::NotRouted | Decision::ServedByNone | Decision::ServedByAll => None,
         }
+    }
+
+    /// The 503 Status, and a hold for a newer table may turn it into an
+    /// answer (see [`Decision::Unavailable`]).
+    pub fn wait_helps(&self) -> bool {
+        matches!(self, Decision::Unavailable { wait_helps: true, .. })
     }
 
     /// The route header's value for the `n`th request routed this way
@@ -75,11 +85,11 @@ pub fn decide_key<'t>(table: &'t RouteTable, key: &RouteKey<'_>) -> Decision<'t>
     let retry_after = matches!(key, RouteKey::Resource { .. });
     match table.servers(&key) {
         _ if key == RouteKey::None => Decision::NotRouted,
-        None | Some(0) if table.pending() => Decision::Unavailable { set: 0, retry_after },
+        None | Some(0) if table.pending() => Decision::Unavailable { set: 0, retry_after, wait_helps: table.pending_returning() },
         None | Some(0) => Decision::ServedByNone,
         Some(set) => match table.pinned(set) {
             None => Decision::ServedByAll,
-            Some(u) if u.unavailable() => Decision::Unavailable { set, retry_after },
+            Some(u) if u.unavailable() => Decision::Unavailable { set, retry_after, wait_helps: u.returning() },
             Some(upstreams) if upstreams.last_resort() => Decision::LastResort { set, upstreams },
             Some(upstreams) => Decision::Pinned { set, upstreams },
         },

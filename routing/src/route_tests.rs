@@ -124,3 +124,39 @@ fn a_draining_member_is_the_last_resort_for_what_only_closed_members_serve() {
     // What an open member serves is never sent to the draining one.
     assert_eq!(decide(&t, b"/apis/apps/v1/namespaces/ns/deployments", 0), Some("127.0.0.1:1001"));
 }
+
+/// A hold helps only while a closed member that serves it is coming back
+/// (`returning`: starting, being read); while every one is down — its port
+/// refuses connections — the 503 Status is the answer at once (issue 63
+/// item 1). The same for an API nobody is known to serve while a member's
+/// API set is unknown.
+#[test]
+fn a_wait_helps_only_while_a_closed_member_that_serves_it_is_coming_back() {
+    let helps = |p: &mvp_protos::routing::v1::RoutingTable, path: &str| {
+        let t = RouteTable::from_proto(p).unwrap();
+        let (_, d) = route(&t, &DecodedPath::parse(path.as_bytes()));
+        assert!(matches!(d, Decision::Unavailable { .. }), "{path}: {d:?}");
+        d.wait_helps()
+    };
+    let claims = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims";
+    let unknown = "/apis/unknown.example/v1/things";
+    let mut p = sample();
+    // b alone serves resourceclaims; c is pending too.
+    for i in [1, 2] {
+        p.apiservers[i].closed = true;
+        p.apiservers[i].pending = true;
+    }
+    assert!(!helps(&p, claims), "b down: no hold");
+    assert!(!helps(&p, unknown), "b and c down: no hold for an unknown API either");
+    p.apiservers[2].returning = true;
+    assert!(!helps(&p, claims), "c coming back does not serve resourceclaims");
+    assert!(helps(&p, unknown), "c coming back may serve an unknown API");
+    p.apiservers[1].returning = true;
+    assert!(helps(&p, claims) && helps(&p, "/apis/resource.k8s.io/v1"), "b coming back: held, resources and documents");
+    // Not pending (departed): not coming back, whatever the flag says.
+    p.apiservers[1].pending = false;
+    assert!(!helps(&p, claims));
+    // Nothing else changes: an open member's API is pinned as before.
+    let t = RouteTable::from_proto(&p).unwrap();
+    assert_eq!(decide(&t, b"/apis/apps/v1/namespaces/ns/deployments", 0), Some("127.0.0.1:1001"));
+}

@@ -80,6 +80,11 @@ pub struct Upstreams {
     /// Only closed members are in the set, some still draining: the values
     /// list those (see `Apiserver.draining`).
     last_resort: bool,
+    /// Only closed members are in the set, and one of them is coming back
+    /// (`Apiserver.returning`): a request held for a newer table may be
+    /// served by it. Otherwise every one is down, and a hold only delays
+    /// the 503 Status.
+    returning: bool,
 }
 
 impl Upstreams {
@@ -93,6 +98,12 @@ impl Upstreams {
     /// ones: a last resort before the 503 Status.
     pub fn last_resort(&self) -> bool {
         self.last_resort
+    }
+
+    /// Only closed members are in the set and one of them is coming back:
+    /// a wait for a newer table can help (see [`Upstreams::unavailable`]).
+    pub fn returning(&self) -> bool {
+        self.returning
     }
 
     /// The header value for the `n`th request routed to this set.
@@ -114,6 +125,10 @@ pub struct RouteTable {
     /// Some member's current API set is unknown (`Apiserver.pending`): a
     /// request for an API the table does not know is answered 503, not 404.
     pending: bool,
+    /// Some pending member is coming back (`Apiserver.returning`): a
+    /// request for an API the table does not know may be served by it
+    /// within a hold.
+    pending_returning: bool,
     groups: HashMap<Box<[u8]>, Group>,
     /// `/openapi/v3/{key}` → the servers whose index lists it.
     openapi_v3: HashMap<Box<[u8]>, ServerSet>,
@@ -178,6 +193,7 @@ impl RouteTable {
             all,
             all_open: t.apiservers.iter().all(|a| !a.closed),
             pending: t.apiservers.iter().any(|a| a.closed && a.pending),
+            pending_returning: t.apiservers.iter().any(|a| a.closed && a.pending && a.returning),
             ..RouteTable::default()
         };
         for g in &t.groups {
@@ -255,6 +271,11 @@ impl RouteTable {
         self.pending
     }
 
+    /// Whether a pending member is coming back (see [`RouteTable::pending`]).
+    pub fn pending_returning(&self) -> bool {
+        self.pending_returning
+    }
+
     /// The upstreams a request for `set` is pinned to, or `None` to leave it
     /// to Envoy's normal load balancing: every apiserver serves it and every
     /// one is open, or none serves it and the apiserver's own 404 is the
@@ -294,16 +315,18 @@ fn upstreams_for(set: ServerSet, servers: &[pb::Apiserver]) -> Upstreams {
         let draining: Vec<&pb::Apiserver> =
             servers.iter().enumerate().filter(|(i, a)| set & (1u64 << i) != 0 && a.closed && a.draining).map(|(_, a)| a).collect();
         if draining.is_empty() {
-            // Only closed members serve it: answered 503 by Envoy itself.
-            return Upstreams { rotations: Box::new([UNAVAILABLE.into()]), unavailable: true, last_resort: false };
+            // Only closed members serve it: answered 503 by Envoy itself
+            // (after a hold, if one of them is coming back).
+            let returning = servers.iter().enumerate().any(|(i, a)| set & (1u64 << i) != 0 && a.closed && a.pending && a.returning);
+            return Upstreams { rotations: Box::new([UNAVAILABLE.into()]), unavailable: true, last_resort: false, returning };
         }
         // Still serving while it shuts down: better its answer than a 503.
-        return Upstreams { rotations: rotations(&draining, &[]), unavailable: false, last_resort: true };
+        return Upstreams { rotations: rotations(&draining, &[]), unavailable: false, last_resort: true, returning: false };
     }
     // With no healthy member, the first unhealthy one still gets the request:
     // the client then sees a 503 Status rather than another server's 404.
     let (leaders, rest): (&[&pb::Apiserver], &[&pb::Apiserver]) = if healthy.is_empty() { (&unhealthy, &[]) } else { (&healthy, &unhealthy) };
-    Upstreams { rotations: rotations(leaders, rest), unavailable: false, last_resort: false }
+    Upstreams { rotations: rotations(leaders, rest), unavailable: false, last_resort: false, returning: false }
 }
 
 /// One header value per leader, each starting at a different one and

@@ -14,6 +14,7 @@ pub fn server(name: &str, addr: &str, healthy: bool) -> pb::Apiserver {
         pending: false,
         draining: false,
         older: false,
+        returning: false,
     }
 }
 

@@ -86,10 +86,14 @@ pub(super) struct EnvoyConfigArgs {
     /// moment it exists.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     table_poll_interval: Duration,
-    /// Longest a request only closed (restarting, not yet read) apiservers
-    /// serve is held for a table that opens one, before its 503 Status; 0
-    /// answers at once. At most 60s.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    /// Longest a request only closed apiservers serve is held for a table
+    /// that opens one, before its 503 Status — held only while one of them
+    /// is coming back (it answers, not ready or not read yet: a
+    /// kube-apiserver's start), never while all are down; 0 answers at once.
+    /// The default covers a real v1.37 start's first answer → routed (about
+    /// 1.2 s on a loaded 2-core machine; RELIABILITY.md) four times over.
+    /// At most 60s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     hold_unavailable: Duration,
     /// Requests one Envoy worker holds at once (beyond: the 503 Status at
     /// once). Size it by the nodes that may re-watch an API only one

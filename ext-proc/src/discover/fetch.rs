@@ -18,6 +18,12 @@ pub enum FetchError {
     Transport(String),
     #[error("answered HTTP {0}")]
     Status(u16),
+    /// `/readyz` failed: `shutting_down` is what its `shutdown` check says
+    /// (kube lists every check when one fails: `[-]shutdown failed` while
+    /// it drains, `[+]shutdown ok` while it starts), `None` when the
+    /// answer names no such check.
+    #[error("answered HTTP {status}{}", match shutting_down { Some(true) => " (shutting down)", Some(false) => " (not shutting down: starting, or a check failing)", None => "" })]
+    NotReady { status: u16, shutting_down: Option<bool> },
     #[error("document is larger than {0} bytes")]
     TooLarge(usize),
     #[error("answered 304 to a request without If-None-Match")]
@@ -92,9 +98,60 @@ pub async fn get(
     Ok(Fetched::Ok { body, content_type, etag })
 }
 
+/// The most of a failed `/readyz` answer read for its checks (kube's lists
+/// a line per check: ~2 KiB).
+const READYZ_BODY_BYTES: usize = 16 << 10;
+
+/// `/readyz`: `Ok` when it answers 200 — or says nothing about readiness
+/// (401/403: these credentials may not ask; 404: no such endpoint), so a
+/// server is never closed for how it is asked — else why not.
+pub async fn readyz(client: &reqwest::Client, base: &str, options: &DiscoveryOptions) -> Result<(), FetchError> {
+    let req = client.get(format!("{base}/readyz")).header(ACCEPT, "text/plain").timeout(options.timeout);
+    let mut resp = req.send().await.map_err(|e| transport(e, base, options.plaintext_h2c))?;
+    let status = resp.status();
+    if status.is_success() || matches!(status.as_u16(), 401 | 403 | 404) {
+        return Ok(());
+    }
+    let mut body = Vec::new();
+    // The answer's checks, if they come within the probe's deadline; the
+    // status alone says "not ready" either way.
+    while body.len() < READYZ_BODY_BYTES
+        && let Ok(Some(chunk)) = resp.chunk().await
+    {
+        body.extend_from_slice(&chunk);
+    }
+    Err(FetchError::NotReady { status: status.as_u16(), shutting_down: shutdown_check(&body) })
+}
+
+/// What a failed `/readyz` answer's `shutdown` check says: kube-apiserver
+/// fails it from SIGTERM on (`[-]shutdown failed: reason withheld`) and
+/// passes it while it starts (`[+]shutdown ok`, other checks failing).
+fn shutdown_check(body: &[u8]) -> Option<bool> {
+    body.split(|b| *b == b'\n').find_map(|line| match line.trim_ascii() {
+        l if l.starts_with(b"[-]shutdown failed") => Some(true),
+        l if l.starts_with(b"[+]shutdown ok") => Some(false),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::refused_h2c;
+    use super::{refused_h2c, shutdown_check};
+
+    /// Read off a real v1.37 kube-apiserver (`tests/real_restart.rs`) and
+    /// the fake's drain.
+    #[test]
+    fn a_failed_readyz_says_whether_it_is_shutting_down() {
+        let draining = b"[-]shutdown failed: reason withheld\nreadyz check failed\n";
+        let starting = b"[+]ping ok\n[-]etcd failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n";
+        let fake = b"[-]shutdown failed: process is shutting down\nreadyz check failed\n";
+        assert_eq!(shutdown_check(draining), Some(true));
+        assert_eq!(shutdown_check(fake), Some(true));
+        assert_eq!(shutdown_check(starting), Some(false));
+        for other in [&b"readyz check failed\n"[..], b"", b"[-]shutdown-hook failed", b"[+]shutdownish ok"] {
+            assert_eq!(shutdown_check(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
 
     /// Either way an HTTP/1.1-only server's refusal reads (the race the
     /// `plaintext_http1` suite once lost), and only with h2c on, only in

@@ -64,15 +64,11 @@ pub struct ReadyProbe {
 impl ReadyProbe {
     /// Whether the apiserver wants new requests: `/readyz` answers 200.
     /// kube fails it from SIGTERM on, through `--shutdown-delay-duration`
-    /// (while it still serves), until its listener closes. An answer that
-    /// says nothing about readiness (401/403: these credentials may not ask;
-    /// 404: no such endpoint) counts as ready, so a server is never closed
-    /// for how it is asked.
+    /// (while it still serves), until its listener closes — and while it
+    /// starts; the failure says which ([`FetchError::NotReady`]). See
+    /// [`fetch::readyz`] for answers that count as ready.
     pub async fn check(&self) -> Result<(), DiscoveryError> {
-        match fetch::get(&self.client, &self.base, "/readyz", "text/plain", None, &self.options).await {
-            Ok(_) | Err(FetchError::Status(401 | 403)) => Ok(()),
-            Err(source) => Err(DiscoveryError::Fetch { path: "/readyz".into(), source }),
-        }
+        fetch::readyz(&self.client, &self.base, &self.options).await.map_err(|source| DiscoveryError::Fetch { path: "/readyz".into(), source })
     }
 }
 

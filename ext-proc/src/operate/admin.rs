@@ -267,6 +267,10 @@ async fn table_handler(State(s): State<AdminState>) -> Response {
                 // Closed, shutting down and still serving: the last resort
                 // for what only closed members serve.
                 "draining": st.draining,
+                // Closed and coming back (it answers, not read yet): what
+                // only closed members serve is held for it; closed and not
+                // returning, the 503 Status at once.
+                "returning": st.returning,
                 "departed": st.departed.is_some(),
                 "release": st.version,
                 "resources": st.view.as_ref().map(|v| s.counted.view(v)),

@@ -27,6 +27,7 @@ use crate::membership::MemberSet;
 use crate::metrics::Metrics;
 use accepted::Accepted;
 use poll::MemberId;
+use state::NotReady;
 use state::{LastKnown, ServerState};
 
 #[derive(Debug, Clone)]
@@ -272,14 +273,20 @@ impl Syncer {
                 }
                 if let Err(e) = ready {
                     // Unreachable is an error; a 5xx /readyz is a drain.
-                    let answering = matches!(e, crate::discover::DiscoveryError::Fetch { source: crate::discover::FetchError::Status(_), .. });
+                    use crate::discover::{DiscoveryError, FetchError};
+                    let (answering, shutting_down) = match &e {
+                        DiscoveryError::Fetch { source: FetchError::NotReady { shutting_down, .. }, .. } => (true, *shutting_down),
+                        DiscoveryError::Fetch { source: FetchError::Status(_), .. } => (true, None),
+                        _ => (false, None),
+                    };
                     if !answering {
                         metrics.sync_error(&name, "fetch_readyz");
                     }
                     if state.ready || state.last_error.is_none() {
-                        tracing::info!(apiserver = %name, error = %e, draining = answering, "apiserver not ready; no new request reaches it until it is ready and read again");
+                        tracing::info!(apiserver = %name, error = %e, answering, "apiserver not ready; no new request reaches it until it is ready and read again");
                     }
-                    state.not_ready(e.to_string(), answering, now);
+                    let how = if answering { NotReady::Answered { shutting_down } } else { NotReady::Unreachable };
+                    state.not_ready(e.to_string(), how, now);
                 }
                 match result {
                     None => {}
@@ -308,6 +315,11 @@ impl Syncer {
                     && let Some(t) = slot.task.take()
                 {
                     t.abort();
+                }
+            }
+            poll::Report::Ready { id } => {
+                if let Some(slot) = self.slot_mut(id) {
+                    slot.state.answered(now);
                 }
             }
             poll::Report::OpenApi { id, result } => {

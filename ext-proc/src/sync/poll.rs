@@ -37,6 +37,10 @@ pub enum Report {
     /// Its OpenAPI documents, read after a successful discovery report (the
     /// same `Arc` while nothing was due or changed).
     OpenApi { id: MemberId, result: Result<Arc<ServerOpenApi>, DiscoveryError> },
+    /// Its `/readyz` turned 200 and its discovery is being read: coming
+    /// back, so requests for what only it serves are held for the read
+    /// rather than answered 503 (`ServerState::answered`).
+    Ready { id: MemberId },
 }
 
 /// How often a member that is not ready is asked `/readyz` again (a
@@ -92,6 +96,9 @@ pub async fn poll(
             discoverer.force_full_read();
             version_due = true;
             was_ready = true;
+            if reports.send(Report::Ready { id }).await.is_err() {
+                return;
+            }
         }
         let probe = discoverer.ready_probe(address).ok();
         let Some(result) = watched(discoverer.discover(address), probe.as_ref(), interval, id, address, &reports).await else {

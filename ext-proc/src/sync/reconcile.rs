@@ -57,7 +57,7 @@ impl Syncer {
                         if slot.state.incarnation.is_some() {
                             tracing::info!(apiserver = %d.spec.name, from = ?slot.state.incarnation, to = ?d.incarnation, "apiserver restarted; closed until its discovery is read again");
                             self.metrics.membership_change("restarted");
-                            slot.state.restarted();
+                            slot.state.restarted(now);
                             slot.wake.notify_one();
                         }
                         slot.state.incarnation = d.incarnation.clone();

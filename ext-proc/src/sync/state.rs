@@ -88,6 +88,33 @@ pub struct ServerState {
     /// [`LAST_RESORT_FOR`] — a request only closed members serve is sent to
     /// it rather than answered 503 (`Apiserver.draining` in the table).
     pub draining: bool,
+    /// Since when it has answered while closed and not draining: its
+    /// `/readyz` answered a failure status (a server starting), or 200 and
+    /// its discovery is being read, or a source says a new run of it began.
+    /// Unset while it refuses connections or does not answer, and once open.
+    pub answering_since: Option<Instant>,
+    /// Derived with `open`: pending, not draining, and answering for less
+    /// than [`RETURNING_FOR`] — coming back, so a request only closed
+    /// members serve is held for it (`Apiserver.returning` in the table);
+    /// a member that is down gets its requests the 503 Status at once.
+    pub returning: bool,
+}
+
+/// How long a closed member that answers counts as coming back. A
+/// kube-apiserver is ready seconds after it listens (RELIABILITY.md: a
+/// restarted v1.37 listening → routed); one whose `/readyz` fails longer
+/// than this (its etcd unreachable, a post-start hook stuck) is not about
+/// to serve, and holding requests for it only delays their 503.
+pub const RETURNING_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How a member that is not ready answered its `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// It did not: refused, reset, timed out (down or hung).
+    Unreachable,
+    /// A failure status; `shutting_down` what its `shutdown` check says
+    /// (`None`: the answer names none).
+    Answered { shutting_down: Option<bool> },
 }
 
 /// How long a draining member stays a last resort. kube's
@@ -116,6 +143,8 @@ impl ServerState {
             pending: true,
             draining_since: None,
             draining: false,
+            answering_since: None,
+            returning: false,
         }
     }
 
@@ -138,20 +167,48 @@ impl ServerState {
             self.draining_since = None;
         }
         self.draining = !open && self.draining_since.is_some_and(|at| now.duration_since(at) < LAST_RESORT_FOR);
+        if open {
+            self.answering_since = None;
+        }
+        self.returning = self.pending && self.draining_since.is_none() && self.answering_since.is_some_and(|at| now.duration_since(at) < RETURNING_FOR);
     }
 
-    /// Not ready: closed until it is ready and read again. `answering`: its
-    /// `/readyz` answered (a failure status) — it is shutting down and
-    /// still serving; otherwise it is unreachable or hung.
-    pub fn not_ready(&mut self, error: String, answering: bool, now: Instant) {
+    /// It answered (its `/readyz` 200 before its discovery is read, a
+    /// failure while it starts, a read, a new run of it): coming back while
+    /// it is closed, unless it is draining (`set_open` forgets it once open).
+    pub fn answered(&mut self, now: Instant) {
+        if self.draining_since.is_none() {
+            self.answering_since.get_or_insert(now);
+        }
+    }
+
+    /// Not ready: closed until it is ready and read again; `how` it answered.
+    pub fn not_ready(&mut self, error: String, how: NotReady, now: Instant) {
         // Draining only when it was ready: a server still starting answers
         // `/readyz` with a failure too, and may not serve yet what it will
         // (a starting kube-apiserver can answer 404 for a CRD whose handler
-        // is not installed yet) — it is never a last resort.
-        if answering && (self.ready || self.draining_since.is_some()) {
-            self.draining_since.get_or_insert(now);
-        } else if !answering {
-            self.draining_since = None;
+        // is not installed yet) — it is never a last resort. kube's answer
+        // says which (its `shutdown` check); without that, having been
+        // ready is the sign (a restart between two probes looks the same).
+        let was_ready = self.ready || self.draining_since.is_some();
+        match how {
+            NotReady::Answered { shutting_down } if shutting_down.unwrap_or(was_ready) => {
+                // Going away: a last resort if it was ready, never coming back.
+                if was_ready {
+                    self.draining_since.get_or_insert(now);
+                }
+                self.answering_since = None;
+            }
+            NotReady::Answered { .. } => {
+                // Starting (or not ready for another reason): coming back.
+                self.draining_since = None;
+                self.answered(now);
+            }
+            NotReady::Unreachable => {
+                // Down: nothing says when it comes back.
+                self.draining_since = None;
+                self.answering_since = None;
+            }
         }
         self.ready = false;
         self.healthy = false;
@@ -172,9 +229,11 @@ impl ServerState {
 
     /// A source says it restarted (or moved): closed until read again, and
     /// not draining (a new process may still be starting).
-    pub fn restarted(&mut self) {
+    pub fn restarted(&mut self, now: Instant) {
         self.current = false;
         self.draining_since = None;
+        // A new run of it said so (a lease holder, an endpoint): it is up.
+        self.answered(now);
     }
 
     /// A read that found `view`. The same `Arc` (nothing changed, the usual
@@ -185,6 +244,7 @@ impl ServerState {
         if !unchanged {
             self.view = Some(view);
         }
+        self.answered(now);
         self.healthy = true;
         self.ready = true;
         self.current = true;
@@ -267,28 +327,90 @@ mod tests {
         let t0 = Instant::now();
         let retention = Duration::from_secs(600);
         let mut starting = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
-        starting.not_ready("/readyz: 500".into(), true, t0);
+        starting.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: None }, t0);
         starting.set_open(false, t0, retention);
         assert!(!starting.draining, "starting, not draining");
 
         let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
         s.succeeded(Arc::new(view(Capabilities::default())), t0);
-        s.not_ready("/readyz: 500".into(), true, t0);
+        s.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: None }, t0);
         s.set_open(false, t0, retention);
         assert!(s.draining);
-        s.not_ready("/readyz: 500".into(), true, t0 + Duration::from_secs(1));
+        s.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: None }, t0 + Duration::from_secs(1));
         s.set_open(false, t0 + Duration::from_secs(1), retention);
         assert!(s.draining, "still draining");
         s.set_open(false, t0 + LAST_RESORT_FOR, retention);
         assert!(!s.draining, "a last resort for at most LAST_RESORT_FOR");
 
         let mut gone = s.clone();
-        gone.not_ready("connection refused".into(), false, t0);
+        gone.not_ready("connection refused".into(), NotReady::Unreachable, t0);
         gone.set_open(false, t0, retention);
         assert!(!gone.draining);
         let mut restarted = s.clone();
-        restarted.restarted();
+        restarted.restarted(Instant::now());
         restarted.set_open(false, t0, retention);
         assert!(!restarted.draining);
+    }
+
+    /// Coming back (issue 63 item 1): a closed member that answers — its
+    /// `/readyz` a failure while it starts, or 200 before its read — for
+    /// at most RETURNING_FOR; not one that refuses connections, nor one
+    /// draining, nor one departed; and no longer once open.
+    #[test]
+    fn returning_is_a_closed_member_that_answers_again() {
+        let t0 = Instant::now();
+        let retention = Duration::from_secs(600);
+        let mut s = ServerState::new("a=http://127.0.0.1:1".parse().unwrap());
+        s.succeeded(Arc::new(view(Capabilities::default())), t0);
+        s.set_open(true, t0, retention);
+        assert!(!s.returning, "open");
+        s.not_ready("connection refused".into(), NotReady::Unreachable, t0);
+        s.set_open(false, t0, retention);
+        assert!(s.pending && !s.returning, "down: refuses connections");
+        let t1 = t0 + Duration::from_secs(5);
+        s.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: None }, t1);
+        s.set_open(false, t1, retention);
+        assert!(s.returning, "starting: its /readyz answers");
+        s.set_open(false, t1 + RETURNING_FOR, retention);
+        assert!(!s.returning, "answering but not ready for RETURNING_FOR: not about to serve");
+        s.not_ready("connection refused".into(), NotReady::Unreachable, t1 + RETURNING_FOR);
+        let t2 = t1 + RETURNING_FOR + Duration::from_secs(1);
+        s.answered(t2);
+        s.set_open(false, t2, retention);
+        assert!(s.returning, "its /readyz 200, its discovery being read");
+        s.succeeded(Arc::new(view(Capabilities::default())), t2);
+        s.set_open(false, t2, retention);
+        assert!(s.returning, "read, waiting for every Envoy to know it (gated)");
+        s.set_open(true, t2, retention);
+        assert!(!s.returning && s.answering_since.is_none());
+
+        // Draining (shutting down, still answering): not coming back.
+        s.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: None }, t2);
+        s.set_open(false, t2, retention);
+        assert!(s.draining && !s.returning);
+        // kube's own answer decides where it names its shutdown check: a
+        // restart between two probes (500s only, no refusal seen) is a
+        // start, not a drain; a server shutting down never comes back.
+        let mut restarted = ServerState::new("c=http://127.0.0.1:3".parse().unwrap());
+        restarted.succeeded(Arc::new(view(Capabilities::default())), t0);
+        restarted.set_open(true, t0, retention);
+        restarted.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: Some(false) }, t0);
+        restarted.set_open(false, t0, retention);
+        assert!(!restarted.draining && restarted.returning, "its shutdown check passes: starting");
+        restarted.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: Some(true) }, t0);
+        restarted.set_open(false, t0, retention);
+        assert!(!restarted.draining && !restarted.returning, "shutting down before it was ready again: neither");
+        let mut draining = ServerState::new("d=http://127.0.0.1:4".parse().unwrap());
+        draining.succeeded(Arc::new(view(Capabilities::default())), t0);
+        draining.set_open(true, t0, retention);
+        draining.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: Some(true) }, t0);
+        draining.set_open(false, t0, retention);
+        assert!(draining.draining && !draining.returning);
+        // Departed: not pending, not coming back.
+        let mut gone = ServerState::new("b=http://127.0.0.1:2".parse().unwrap());
+        gone.not_ready("/readyz: 500".into(), NotReady::Answered { shutting_down: None }, t0);
+        gone.departed(t0);
+        gone.set_open(false, t0, retention);
+        assert!(!gone.returning);
     }
 }

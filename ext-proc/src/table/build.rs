@@ -51,6 +51,8 @@ pub struct Member<'a> {
     pub pending: bool,
     /// Closed, shutting down and still serving (see `sync::state`).
     pub draining: bool,
+    /// Closed, pending and coming back: it answers (see `sync::state`).
+    pub returning: bool,
     /// What it serves (its last good view), if anything is known.
     pub capabilities: Option<&'a Capabilities>,
     /// Its OpenAPI documents, if read.
@@ -106,6 +108,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                 closed: !s.open,
                 pending: !s.open && s.pending,
                 draining: !s.open && s.draining,
+                returning: !s.open && s.pending && s.returning,
                 older: newest.is_some_and(|n| s.release.is_some_and(|r| r < n)),
             })
             .collect(),
@@ -172,6 +175,7 @@ mod tests {
             open: true,
             pending: false,
             draining: false,
+            returning: false,
             view: Some(std::sync::Arc::new(crate::discover::ServerView { capabilities: caps, groups: Default::default() })),
             openapi: None,
             release: None,

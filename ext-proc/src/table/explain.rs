@@ -77,15 +77,31 @@ pub struct Outcome {
 /// What the filter does with a request only closed apiservers serve: the
 /// same words as its access log (`held`, `1000 unavailable`) and
 /// `--hold-unavailable` (`envoy-config`), which this daemon does not see.
-const HELD_THEN_503: &str = "held for a newer table, up to the front door's --hold-unavailable (1s unless set; 0s: not held): routed if an apiserver that serves it opens meanwhile, else the 503 Status (access log: held \"<ms> unavailable\")";
+const HELD_THEN_503: &str = "held for a newer table, up to the front door's --hold-unavailable (5s unless set; 0s: not held): routed if an apiserver that serves it opens meanwhile, else the 503 Status (access log: held \"<ms> unavailable\")";
+
+/// What the filter does with a request only closed apiservers serve when
+/// none of them is coming back (each one's port refuses connections or
+/// does not answer): a wait cannot help.
+const NOW_503: &str = "the 503 Status at once, not held: no apiserver that serves it is coming back (each is down: it refuses connections or does not answer)";
 
 /// What the filter does with a request `decision` routes, in one line.
 fn does(decision: &Decision<'_>) -> String {
     match (decision, decision.hosts(0)) {
-        (Decision::Unavailable { .. }, _) => HELD_THEN_503.to_string(),
+        (Decision::Unavailable { wait_helps: true, .. }, _) => HELD_THEN_503.to_string(),
+        (Decision::Unavailable { .. }, _) => NOW_503.to_string(),
         (Decision::LastResort { .. }, Some(h)) => format!("pinned to {h}, draining: the last resort"),
         (_, Some(h)) => format!("pinned to {h}"),
         (_, None) => "load balanced over every apiserver".to_string(),
+    }
+}
+
+/// Why a request only closed members serve is held, or not: the members
+/// coming back (`Apiserver.returning`), if any.
+fn coming_back(returning: &[&str]) -> String {
+    match returning {
+        [] => "; none of them is coming back (down: refusing connections or not answering), so it is not held".to_string(),
+        [one] => format!("; {one} is coming back (it answers, not read yet), so it is held for it"),
+        many => format!("; {} are coming back (they answer, not read yet), so it is held for them", many.join(", ")),
     }
 }
 
@@ -169,18 +185,19 @@ pub fn explain(table: &pb::RoutingTable, method: &str, raw_path: &str) -> Result
         Decision::ServedByAll => ("loadBalanced", format!("every apiserver serves {w}, and every one is open")),
         Decision::Unavailable { set: 0, .. } => {
             let pending = names(&|_, a| a.closed && a.pending);
-            (
-                "unavailable",
-                format!(
-                    "no apiserver is known to serve {w}, but what {} serve{} now is not known yet (restarting, draining or not read): the 503 Status until it is, never a 404",
-                    pending.join(", "),
-                    s_if_one(&pending)
-                ),
-            )
+            let mut reason = format!(
+                "no apiserver is known to serve {w}, but what {} serve{} now is not known yet (restarting, draining or not read): the 503 Status until it is, never a 404",
+                pending.join(", "),
+                s_if_one(&pending)
+            );
+            reason.push_str(&coming_back(&names(&|_, a| a.closed && a.pending && a.returning)));
+            ("unavailable", reason)
         }
         Decision::Unavailable { set, .. } => {
             let serving = names(&in_set(set));
-            ("unavailable", format!("only {} serve{} {w}, and {} closed (draining, restarting or not read): the 503 Status, never a 404", serving.join(", "), s_if_one(&serving), if serving.len() == 1 { "it is" } else { "all are" }))
+            let mut reason = format!("only {} serve{} {w}, and {} closed (draining, restarting or not read): the 503 Status, never a 404", serving.join(", "), s_if_one(&serving), if serving.len() == 1 { "it is" } else { "all are" });
+            reason.push_str(&coming_back(&names(&|i, a| in_set(set)(i, a) && a.closed && a.pending && a.returning)));
+            ("unavailable", reason)
         }
         Decision::LastResort { set, .. } => {
             let serving = names(&in_set(set));
@@ -339,6 +356,9 @@ mod tests {
                 a.pending = a.closed && mask & (1 << (i + 3)) != 0;
                 a.healthy = mask & (1 << (i + 6)) == 0;
                 a.draining = a.closed && mask & (1 << (i + 9)) != 0;
+                // Coming back or down (tied to the health bit: both kinds
+                // of each).
+                a.returning = a.pending && mask & (1 << (i + 6)) != 0;
             }
             let closed: Vec<String> = t.apiservers.iter().filter(|a| a.closed).map(|a| a.address.clone()).collect();
             let rt = RouteTable::from_proto(&t).unwrap();
@@ -354,6 +374,8 @@ mod tests {
                     Some(_) => "pinned",
                 };
                 assert_eq!(e.decision.action, action, "{path}: {}", e.decision.reason);
+                let held = route::route(&rt, &DecodedPath::parse(path.as_bytes())).1.wait_helps();
+                assert_eq!(e.decision.does.starts_with("held"), held, "{path}: {}", e.decision.does);
             }
         }
     }
@@ -374,8 +396,16 @@ mod tests {
         assert_eq!(e.routed_by.as_deref(), Some("apps/v1/deployments/scale"));
         let text = render(&e);
         assert!(text.contains("  routed by:  apps/v1/deployments/scale\n"), "{text}");
+        assert!(text.contains("  decision:   the 503 Status at once, not held"), "a is down: {text}");
+        assert!(e.decision.reason.contains("none of them is coming back"), "{}", e.decision.reason);
+        // a coming back (it answers, not read yet): held for it.
+        t.apiservers[0].pending = true;
+        t.apiservers[0].returning = true;
+        let e = explain(&t, "GET", "/apis/apps/v1/namespaces/ns/deployments/d/scale").unwrap();
+        let text = render(&e);
+        assert!(e.decision.reason.contains("a is coming back"), "{}", e.decision.reason);
         assert!(
-            text.contains("  decision:   held for a newer table, up to the front door's --hold-unavailable (1s unless set; 0s: not held): routed if an apiserver that serves it opens meanwhile, else the 503 Status"),
+            text.contains("  decision:   held for a newer table, up to the front door's --hold-unavailable (5s unless set; 0s: not held): routed if an apiserver that serves it opens meanwhile, else the 503 Status"),
             "what the filter does first, before the 503: {text}"
         );
         assert!(!text.contains("unavailable to unavailable"), "{text}");

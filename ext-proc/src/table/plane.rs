@@ -30,6 +30,7 @@ pub struct TableMember {
     pub open: bool,
     pub pending: bool,
     pub draining: bool,
+    pub returning: bool,
     pub view: Option<Arc<ServerView>>,
     pub openapi: Option<Arc<ServerOpenApi>>,
     pub release: Option<crate::discover::release::Release>,
@@ -44,6 +45,7 @@ impl TableMember {
             open: s.open,
             pending: s.pending,
             draining: s.draining,
+            returning: s.returning,
             view: s.view.clone(),
             openapi: s.openapi.clone(),
             release: s.version.as_deref().and_then(crate::discover::release::Release::parse),
@@ -58,6 +60,7 @@ impl TableMember {
             open: self.open,
             pending: self.pending,
             draining: self.draining,
+            returning: self.returning,
             capabilities: self.view.as_deref().map(|v| &v.capabilities),
             openapi: self.openapi.as_deref(),
             release: self.release,
@@ -70,7 +73,7 @@ impl PartialEq for TableMember {
         self.name == o.name
             && same(&self.view, &o.view)
             && same(&self.openapi, &o.openapi)
-            && (self.healthy, self.open, self.pending, self.draining, self.address, self.release) == (o.healthy, o.open, o.pending, o.draining, o.address, o.release)
+            && (self.healthy, self.open, self.pending, self.draining, self.returning, self.address, self.release) == (o.healthy, o.open, o.pending, o.draining, o.returning, o.address, o.release)
     }
 }
 
