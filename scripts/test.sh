@@ -70,7 +70,7 @@ MVP_FILTER=native cargo test --locked -p integration -p mvp-soak --no-fail-fast 
   --test routing --test routing_old_servers --test faults --test tls --test tls_streams --test spoofing \
   --test operators --test kubectl --test python_client --test discovery --test openapi --test peer_discovery --test adversarial --test rapid_reset --test shared_fate --test upstream_http2 --test plaintext_http1 --test control_channel --test scale_watches --test big_list \
   --test membership --test membership_faults --test membership_tls --test replicas \
-  --test real_apiservers --test real_controllers --test real_down --test real_kube_mvp --test real_membership --test real_skew --test real_readiness \
+  --test real_apiservers --test real_controllers --test real_down --test real_restart --test real_kube_mvp --test real_membership --test real_skew --test real_readiness \
   --test real_upgrade
 
 echo "==> fuzz smoke (libFuzzer, every target 5 s; scripts/fuzz.sh runs them long)" >&2

@@ -159,9 +159,8 @@ async fn a_client_flooding_the_hold_leaves_the_others_their_share() {
     let options = Options { hold_unavailable: Some(Duration::from_secs(5)), ..Options::default() };
     let mut door = FrontDoor::start(&three_fakes(), options).await.unwrap();
     const ONLY_V137: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
-    door.fake_mut("v137").proc.kill();
-    let closed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
-    door.wait_table_published(closed).await.unwrap();
+    // Restarting: listening, not ready yet — what the filter holds for.
+    door.restart_fake_coming_back("v137").await.unwrap();
     let held = "wasmcustom.mvp.router.held_requests";
     let attacker = reqwest::Client::builder().local_address(std::net::IpAddr::from([127, 0, 0, 2])).build().unwrap();
     let flood: Vec<_> = (0..200)
@@ -181,8 +180,7 @@ async fn a_client_flooding_the_hold_leaves_the_others_their_share() {
         })
         .collect();
     let legit_held = wait_for("the other client's requests held", Duration::from_secs(3), || async { (door.envoy_stat(held).await? >= before + 5).then_some(()) }).await;
-    let spec = door.fake("v137").spec.clone();
-    door.restart_fake("v137", spec).await.unwrap();
+    door.fake("v137").finish_starting(&door.http).await.unwrap();
     let legit: Vec<u16> = futures::future::join_all(legit).await.into_iter().map(|r| r.unwrap()).collect();
     let flood: Vec<u16> = futures::future::join_all(flood).await.into_iter().map(|r| r.unwrap()).collect();
     let served = flood.iter().filter(|s| **s == 200).count();
@@ -382,10 +380,8 @@ async fn held_request_bodies_cannot_take_envoy_past_its_container_limit() {
     const ONLY_V137: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
     let options = Options { hold_unavailable: Some(Duration::from_secs(5)), envoy_memory_limit: Some(LIMIT), ..Options::default() };
     let mut door = FrontDoor::start(&three_fakes(), options).await.unwrap();
-    let spec = door.fake("v137").spec.clone();
-    door.fake_mut("v137").proc.kill();
-    let closed = |t: &serde_json::Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == false));
-    door.wait_table_published(closed).await.unwrap();
+    // Restarting: listening, not ready yet — what the filter holds for.
+    door.restart_fake_coming_back("v137").await.unwrap();
     let stat = |name: &'static str| {
         let door = &door;
         async move { door.envoy_stat(&format!("wasmcustom.mvp.router.{name}")).await.unwrap_or(0) }
@@ -414,7 +410,7 @@ async fn held_request_bodies_cannot_take_envoy_past_its_container_limit() {
     let peak = door.envoy_cgroup.as_ref().map(|c| c.peak_bytes()).unwrap_or(0);
     // Envoy reads its container's limit (percent of it in use).
     let pressure = door.envoy_stat("overload.envoy.resource_monitors.cgroup_memory.pressure").await.unwrap_or(0);
-    door.restart_fake("v137", spec).await.unwrap();
+    door.fake("v137").finish_starting(&door.http).await.unwrap();
     let mut answers = std::collections::BTreeMap::<String, u32>::new();
     for p in posts {
         *answers.entry(p.await.unwrap()).or_default() += 1;

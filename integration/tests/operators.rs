@@ -63,16 +63,26 @@ async fn explain_says_where_a_request_goes_and_why() {
     let closed = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v130" && s["open"] == false));
     door.wait_table_published(closed).await.unwrap();
     let (ok, text) = explain(&door, &["/api/v1/namespaces/default/pods"]);
-    // An API only the hung v130 serves: held first, then the 503 — in the
-    // access log's words.
-    let (held_ok, held) = explain(&door, &["/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"]);
+    // An API only the hung v130 serves: a wait cannot help (it does not
+    // answer), so the 503 Status at once.
+    let only_v130 = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas";
+    let (now_ok, now) = explain(&door, &[only_v130]);
     door.fake("v130").proc.signal("CONT");
-    assert!(held_ok, "{held}");
-    assert!(held.contains("  routed by:  flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\n"), "{held}");
-    assert!(held.contains("decision:   held for a newer table, up to the front door's --hold-unavailable") && held.contains("else the 503 Status"), "{held}");
+    assert!(now_ok, "{now}");
+    assert!(now.contains("  routed by:  flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\n"), "{now}");
+    assert!(now.contains("decision:   the 503 Status at once, not held") && now.contains("none of them is coming back"), "{now}");
     assert!(ok, "{text}");
     assert!(text.contains(&format!("decision:   pinned to {v137}")) && text.contains("every apiserver serves v1 pods, but v130 is closed"), "{text}");
     assert!(text.lines().any(|l| l.contains("v130") && l.contains("CLOSED")), "{text}");
+
+    // v130 restarted and answering, not ready yet: coming back, so a
+    // request for it is held — in the access log's words.
+    let mut door = door;
+    door.restart_fake_coming_back("v130").await.unwrap();
+    let (held_ok, held) = explain(&door, &[only_v130]);
+    assert!(held_ok, "{held}");
+    assert!(held.contains("decision:   held for a newer table, up to the front door's --hold-unavailable") && held.contains("else the 503 Status"), "{held}");
+    assert!(held.contains("v130 is coming back"), "{held}");
 
     // The daemon not there: a clear error.
     let out = Command::new(ext_proc_bin().unwrap()).args(["explain", "--server", "http://127.0.0.1:9", "/api"]).output().unwrap();

@@ -75,14 +75,13 @@ async fn a_held_request_keeps_its_client_identity() {
     let open = |want: bool| move |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v137" && s["open"] == want));
     let held = "wasmcustom.mvp.router.held_requests";
     for http2 in [true, false] {
-        s.door.fake_mut("v137").proc.kill();
-        s.door.wait_table_published(open(false)).await.unwrap();
+        // Restarting: listening, not ready yet (a request is held for it).
+        s.door.restart_fake_coming_back("v137").await.unwrap();
         let before = s.door.envoy_stat(held).await.unwrap_or(0);
         let client = s.door.https(Some(&alice), http2).unwrap();
         let request = tokio::spawn(client.get(s.door.url(NEW_ONLY)).send());
         integration::harness::wait_for("the request held", Duration::from_secs(10), || async { (s.door.envoy_stat(held).await? > before).then_some(()) }).await.unwrap();
-        let spec = s.door.fake("v137").spec.clone();
-        s.door.restart_fake("v137", spec).await.unwrap();
+        s.door.fake("v137").finish_starting(&s.door.http).await.unwrap();
         let resp = request.await.unwrap().unwrap();
         let status = resp.status();
         let v: Value = resp.json().await.unwrap();

@@ -112,6 +112,11 @@ struct Args {
     /// health-checks as a requestheader user).
     #[arg(long, value_name = "HEADER=VALUE")]
     readyz_fails_with_header: Option<String>,
+    /// `/readyz` fails for this long after the listener opens, as
+    /// kube-apiserver's does while its post-start hooks run (requests are
+    /// served meanwhile).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    starting_for: std::time::Duration,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -160,10 +165,12 @@ async fn serve(a: Args) -> anyhow::Result<()> {
             }
             None => None,
         },
+        starting_until: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
     let listen = listener.local_addr().context("the bound address")?;
     let mut state = state;
+    *state.starting_until.lock().unwrap_or_else(|p| p.into_inner()) = (!a.starting_for.is_zero()).then(|| std::time::Instant::now() + a.starting_for);
     if let Some(dir) = &a.cluster_state {
         state.cluster = Some(ClusterState::join(dir, &a.name, listen, a.clock_skew).with_context(|| format!("--cluster-state {}", dir.display()))?);
     }

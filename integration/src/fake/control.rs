@@ -135,6 +135,13 @@ pub(super) struct FailQuery {
     how: super::state::FailHow,
 }
 
+/// Test control: it has finished starting (`--starting-for`): `/readyz`
+/// answers 200 from now on.
+pub(super) async fn started(State(s): State<FakeState>) -> Response {
+    *s.starting_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    "started\n".into_response()
+}
+
 /// Test control: the next `count` resource requests fail `how`.
 pub(super) async fn fail_next(State(s): State<FakeState>, Query(q): Query<FailQuery>) -> Response {
     *s.fail_next.lock().unwrap_or_else(|p| p.into_inner()) = (q.count, q.how);

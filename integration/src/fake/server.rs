@@ -38,6 +38,7 @@ pub fn router(state: FakeState) -> axum::Router {
         .route("/__fake/hang-discovery", axum::routing::post(hang_discovery).delete(answer_discovery))
         .route("/__fake/unavailable", axum::routing::post(make_unavailable).delete(make_available))
         .route("/__fake/fail-next", axum::routing::post(fail_next))
+        .route("/__fake/started", axum::routing::post(started))
         .fallback(handle)
         .layer(axum::middleware::map_response(cache_control))
         // Tests post multi-MiB discovery documents to the control endpoints.
@@ -51,6 +52,9 @@ async fn handle(State(s): State<FakeState>, req: Request) -> Response {
     let health = matches!(path.as_str(), "/healthz" | "/readyz" | "/livez");
     if path.trim_end_matches('/') == "/readyz" && s.shutting_down.load(std::sync::atomic::Ordering::Relaxed) {
         return (StatusCode::INTERNAL_SERVER_ERROR, "[-]shutdown failed: process is shutting down\nreadyz check failed\n").into_response();
+    }
+    if path.trim_end_matches('/') == "/readyz" && s.starting() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "[+]ping ok\n[+]shutdown ok\n[-]poststarthook/fake-starting failed: not finished\nreadyz check failed\n").into_response();
     }
     if path.trim_end_matches('/') == "/readyz" && s.readyz_fails_with_header.as_ref().is_some_and(|(h, v)| req.headers().get(h.as_str()).is_some_and(|got| got.as_bytes() == v.as_bytes())) {
         return (StatusCode::INTERNAL_SERVER_ERROR, "[-]requestheader failed\nreadyz check failed\n").into_response();

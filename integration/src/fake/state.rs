@@ -50,6 +50,9 @@ pub struct FakeState {
     pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
     /// `/readyz` fails when asked with this header (name, value).
     pub readyz_fails_with_header: Option<(String, String)>,
+    /// `/readyz` fails until then (`--starting-for`): a server starting;
+    /// `POST /__fake/started` ends it at once.
+    pub starting_until: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 /// A broken `/apis` answer a test asked for (`POST /__fake/apis-body`).
@@ -98,6 +101,11 @@ pub struct Stats {
 }
 
 impl FakeState {
+    /// Still starting (`--starting-for`): `/readyz` fails.
+    pub fn starting(&self) -> bool {
+        self.starting_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|until| std::time::Instant::now() < until)
+    }
+
     pub(super) fn docs(&self) -> Arc<Documents> {
         self.docs.read().map(|d| d.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }

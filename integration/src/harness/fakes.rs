@@ -40,6 +40,9 @@ pub struct FakeSpec {
     /// `/readyz` fails when asked with this `header=value`
     /// (`--readyz-fails-with-header`).
     pub readyz_fails_with_header: Option<String>,
+    /// `/readyz` fails this long after it listens, as kube-apiserver's
+    /// does while its post-start hooks run (`--starting-for`).
+    pub starting_for: Option<Duration>,
 }
 
 /// A fake apiserver's TLS and authentication, as kube-apiserver's flags.
@@ -65,7 +68,7 @@ pub fn three_fakes() -> Vec<FakeSpec> {
 
 impl FakeSpec {
     pub fn new(name: &str, release: &str) -> FakeSpec {
-        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None, threads: 1, readyz_fails_with_header: None }
+        FakeSpec { name: name.into(), release: release.into(), aggregated: true, listed_only: vec![], unlisted: vec![], aggregated_version: "v2".into(), bearer_token: None, tls: None, cluster_state: None, shutdown_delay: None, clock_skew: 0, http2_max_streams: None, threads: 1, readyz_fails_with_header: None, starting_for: None }
     }
 
     /// Serves TLS and authenticates like kube-apiserver.
@@ -93,6 +96,13 @@ impl FakeSpec {
     /// as: healthy in one cluster, not in the other.
     pub fn with_readyz_failing_with_header(mut self, header: &str, value: &str) -> FakeSpec {
         self.readyz_fails_with_header = Some(format!("{header}={value}"));
+        self
+    }
+
+    /// Not ready for `d` after it listens: `/readyz` fails while it
+    /// "starts", as a real kube-apiserver's does for seconds.
+    pub fn starting_for(mut self, d: Duration) -> FakeSpec {
+        self.starting_for = Some(d);
         self
     }
 
@@ -147,6 +157,22 @@ impl Fake {
     /// The fake's own counters (`/__fake/stats`).
     pub async fn stats(&self, http: &reqwest::Client) -> Option<Value> {
         http.get(format!("{}/__fake/stats", self.url())).send().await.ok()?.json().await.ok()
+    }
+
+    /// Ends its start (`--starting-for`): `/readyz` answers 200 from now.
+    /// (A TLS fake is told over a client of its own: the test's control
+    /// of its own fake, not a channel under test.)
+    pub async fn finish_starting(&self, http: &reqwest::Client) -> anyhow::Result<()> {
+        let tls_control;
+        let http = if self.spec.tls.is_some() {
+            tls_control = reqwest::Client::builder().no_proxy().danger_accept_invalid_certs(true).build()?;
+            &tls_control
+        } else {
+            http
+        };
+        let resp = http.post(format!("{}/__fake/started", self.url())).send().await?;
+        anyhow::ensure!(resp.status().is_success(), "/__fake/started: {}", resp.status());
+        Ok(())
     }
 
     pub fn url(&self) -> String {
@@ -227,6 +253,9 @@ pub fn start_fake(dir: &Path, spec: FakeSpec, port: u16) -> Result<Starting> {
     }
     if spec.threads > 1 {
         args.push(format!("--threads={}", spec.threads));
+    }
+    if let Some(d) = spec.starting_for {
+        args.extend(["--starting-for".into(), format!("{}ms", d.as_millis())]);
     }
     if let Some(h) = &spec.readyz_fails_with_header {
         args.extend(["--readyz-fails-with-header".into(), h.clone()]);

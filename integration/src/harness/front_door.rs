@@ -239,6 +239,29 @@ impl FrontDoor {
         Ok(())
     }
 
+    /// Restarts fake `name` as a server coming back: listening, `/readyz`
+    /// failing until [`Fake::finish_starting`] (kube-apiserver's post-start
+    /// hooks), and waits until Envoy routes by a table that says so
+    /// (`returning`): requests only it serves are held for it.
+    /// First it is down long enough for the table to say so (a real
+    /// kube-apiserver refuses connections for a second or more before it
+    /// listens again): requests asked for meanwhile get the 503 Status at
+    /// once, none reaches the new process before the table knows it.
+    pub async fn restart_fake_coming_back(&mut self, name: &str) -> Result<()> {
+        let spec = self.fake(name).spec.clone().starting_for(Duration::from_secs(3600));
+        self.fake_mut(name).proc.kill();
+        let member = |state: &'static str, name: String| {
+            move |t: &Value| {
+                t["apiservers"].as_array().is_some_and(|a| {
+                    a.iter().any(|s| s["name"] == name.as_str() && s["open"] == false && s["returning"] == (state == "returning"))
+                })
+            }
+        };
+        self.wait_table_published(member("down", name.to_string())).await?;
+        self.restart_fake(name, spec).await?;
+        self.wait_table_published(member("returning", name.to_string())).await
+    }
+
     /// Starts another fake apiserver on a free port (sharing the membership
     /// directory when membership is live), waiting until it listens. It is
     /// not a seed: only a membership source can make it a member.
