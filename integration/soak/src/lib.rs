@@ -203,14 +203,26 @@ async fn stop_gracefully(door: &mut FrontDoor, timeline: &Timeline, name: &str, 
     Ok(())
 }
 
+/// How long a restarted fake's `/readyz` fails after it listens: a real
+/// kube-apiserver's post-start hooks take seconds (never none), and a fake
+/// ready the instant it listens would be a server no load balancer ever
+/// meets.
+const STARTING_FOR: Duration = Duration::from_millis(300);
+
 /// Restarts `name` on its address as `release`. Recorded as up before it
 /// starts: a 404 for its APIs is judged wrong from the first moment it
-/// could answer.
+/// could answer; and as ready once its `/readyz` answers 200 (the bar for
+/// a 503 "capable up").
 async fn start_as(door: &mut FrontDoor, timeline: &Timeline, name: &str, release: &str) -> Result<()> {
     timeline.up(name, release);
-    let spec = FakeSpec { release: release.into(), ..door.fake(name).spec.clone() };
+    let spec = FakeSpec { release: release.into(), ..door.fake(name).spec.clone() }.starting_for(STARTING_FOR);
     door.restart_fake(name, spec).await?;
-    // A fake is ready once it listens.
+    let readyz = format!("{}/readyz", door.fake(name).url());
+    wait_for(&format!("{name}'s /readyz to answer 200"), Duration::from_secs(10), || async {
+        // The driver's own probe (every 25 ms: finer than mvp-ext-proc's 100).
+        door.http.get(&readyz).send().await.is_ok_and(|r| r.status().is_success()).then_some(())
+    })
+    .await?;
     timeline.ready(name);
     Ok(())
 }

@@ -104,11 +104,20 @@ enum Verb {
     Discovery,
 }
 
-/// What the looping clients ask, in order.
-fn items() -> Vec<(Verb, Option<usize>)> {
-    let mut items: Vec<_> = (0..APIS.len()).flat_map(|a| [Verb::List, Verb::Get, Verb::Watch, Verb::Create].map(|v| (v, Some(a)))).collect();
-    items.push((Verb::Discovery, None));
-    items
+/// What one looping client asks, in order: every verb of its API, or the
+/// merged `/apis` (`None`). One client per API and door, so an API that is
+/// unavailable (held, or answered 503 at once) slows only its own client:
+/// the doors' counts compare like with like, API by API.
+fn items(api: Option<usize>) -> Vec<Verb> {
+    match api {
+        Some(_) => vec![Verb::List, Verb::Get, Verb::Watch, Verb::Create],
+        None => vec![Verb::Discovery],
+    }
+}
+
+/// Each looping client's API: [`APIS`] and the merged `/apis`.
+fn client_apis() -> impl Iterator<Item = Option<usize>> {
+    (0..APIS.len()).map(Some).chain([None])
 }
 
 const NAMES: [&str; 3] = ["kas-a", "kas-b", "kas-c"];
@@ -181,18 +190,19 @@ async fn ask(c: &reqwest::Client, base: &str, verb: Verb, api: Option<usize>, ca
     }
 }
 
-/// Two clients (HTTP/2 and HTTP/1.1, each one reused connection) looping
-/// over [`items`], and four 1 Hz samplers (new and reused connections, both
-/// protocols).
+/// One client per API (each one reused connection, HTTP/2 and HTTP/1.1 by
+/// turns, as client-go and kubectl) looping over its [`items`], and four
+/// 1 Hz samplers (new and reused connections, both protocols).
 fn start_load(shared: &Arc<Shared>, d: usize, door: &FrontDoor, base: &str, t0: Instant) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = vec![];
-    for http2 in [true, false] {
+    for (n, api) in client_apis().enumerate() {
+        let http2 = n % 2 == 0;
         let (shared2, base2, c) = (shared.clone(), base.to_string(), door.https(None, http2).unwrap());
         tasks.push(tokio::spawn(async move {
-            let (shared, base, items) = (shared2, base2, items());
-            let mut i = usize::from(http2) * 7;
+            let (shared, base, items) = (shared2, base2, items(api));
+            let mut i = 0;
             while !shared.stop.load(Ordering::Relaxed) {
-                let (verb, api) = items[i % items.len()];
+                let Some(&verb) = items.get(i % items.len()) else { break };
                 i += 1;
                 if verb == Verb::Get && !api.is_some_and(|a| shared.probe[a].load(Ordering::Relaxed)) {
                     continue;
@@ -204,6 +214,8 @@ fn start_load(shared: &Arc<Shared>, d: usize, door: &FrontDoor, base: &str, t0: 
                 shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(Record { door: d, verb, api, states, status, body, ended });
             }
         }));
+    }
+    for http2 in [true, false] {
         let samplers = [true, false].map(|fresh| Sampler { fresh, client: if fresh { new_connection_each_time(door, http2) } else { door.https(None, http2).unwrap() } });
         let stop = shared.sampling.clone();
         tasks.extend(shared.samples.start(d, samplers.into(), format!("{base}{SAMPLED}"), Some(TOKENS[0].0), t0, stop));
@@ -300,9 +312,34 @@ struct Row {
     /// Disruption seconds: any sampler, new-connection samplers, reused.
     seconds: [usize; 3],
     samples: BTreeMap<String, usize>,
+    /// Per looping client's API ([`api_label`]): its requests and of
+    /// them the 503 Status answers.
+    per_api: BTreeMap<&'static str, (usize, usize)>,
 }
 
-async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity::Summary) {
+/// A looping client's API as the report names it.
+fn api_label(api: Option<usize>) -> &'static str {
+    api.and_then(|a| APIS.get(a)).map_or("/apis (merged discovery)", |a| a.list)
+}
+
+/// The requests mvp-envoy held, per API: how many and the seconds they
+/// spent held (the access log's `held`: "<ms> routed" or "<ms> unavailable").
+fn held_by_api(access_log: &std::path::Path) -> BTreeMap<&'static str, (usize, f64)> {
+    let mut held: BTreeMap<&'static str, (usize, f64)> = BTreeMap::new();
+    let text = std::fs::read_to_string(access_log).unwrap_or_default();
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else { continue };
+        let Some(ms) = entry["held"].as_str().and_then(|h| h.split(' ').next()).and_then(|ms| ms.parse::<f64>().ok()) else { continue };
+        let path = entry["path"].as_str().unwrap_or("");
+        let api = APIS.iter().position(|a| path.starts_with(a.collection));
+        let e = held.entry(api_label(api)).or_default();
+        e.0 += 1;
+        e.1 += ms / 1000.0;
+    }
+    held
+}
+
+async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity::Summary, BTreeMap<&'static str, (usize, f64)>) {
     let delay = format!("--shutdown-delay-duration={}s", SHUTDOWN_DELAY.as_secs());
     let graceful = [delay.as_str(), "--shutdown-send-retry-after=true", REMOVED_BY_UPGRADE];
     let specs: Vec<Spec> = NAMES.iter().map(|n| Spec::new(n, Release::minor(35), &graceful).with(KubeMvp::AsReleased)).collect();
@@ -397,10 +434,13 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
         .iter()
         .enumerate()
         .map(|(d, door)| {
-            let mut row = Row { door, classes: CLASSES.iter().map(|c| (*c, 0)).collect(), seconds: [0; 3], samples: BTreeMap::new() };
+            let mut row = Row { door, classes: CLASSES.iter().map(|c| (*c, 0)).collect(), seconds: [0; 3], samples: BTreeMap::new(), per_api: BTreeMap::new() };
             for r in records.iter().filter(|r| r.door == d) {
                 let (class, sample) = classify(r, &served);
                 *row.classes.entry(class).or_default() += 1;
+                let api = row.per_api.entry(api_label(r.api)).or_default();
+                api.0 += 1;
+                api.1 += usize::from(class.starts_with("503 Status"));
                 if let Some(s) = sample {
                     *row.samples.entry(s).or_default() += 1;
                 }
@@ -409,9 +449,24 @@ async fn upgrade() -> (Vec<Row>, BTreeMap<String, BTreeSet<String>>, continuity:
             row
         })
         .collect();
-    (rows, served, watch)
+    (rows, served, watch, held_by_api(&door.envoy.log))
 }
 
+
+/// Requests per API, door by door: what one looping client of that API got
+/// through each door; for mvp-envoy also what it held.
+fn per_api_table(rows: &[Row], held: &BTreeMap<&'static str, (usize, f64)>) -> String {
+    let mut t = format!("| API (one looping client per door) | {} | mvp-envoy held (requests / seconds) |\n|---|{}---:|\n", DOORS.join(" | "), "---:|".repeat(DOORS.len()));
+    for api in client_apis().map(api_label) {
+        let cells: Vec<String> = rows
+            .iter()
+            .map(|r| r.per_api.get(api).map_or("0".into(), |(n, unavailable)| format!("{n} ({unavailable} × 503)")))
+            .collect();
+        let (n, seconds) = held.get(api).copied().unwrap_or_default();
+        t.push_str(&format!("| {api} | {} | {n} / {seconds:.1} s |\n", cells.join(" | ")));
+    }
+    t
+}
 
 fn table(rows: &[Row]) -> String {
     let mut t = format!(
@@ -435,8 +490,8 @@ fn table(rows: &[Row]) -> String {
 
 #[tokio::test]
 async fn a_real_rolling_upgrade_side_by_side_with_kubes_own_mvp() {
-    let (rows, served, watch) = upgrade().await;
-    let table = format!("{}\nWatch continuity through mvp-envoy: {watch:?}\n", table(&rows));
+    let (rows, served, watch, held) = upgrade().await;
+    let table = format!("{}\n{}\nWatch continuity through mvp-envoy: {watch:?}\n", table(&rows), per_api_table(&rows, &held));
     eprintln!("{table}");
     if let Ok(file) = std::env::var("MVP_UPGRADE_REPORT") {
         let _ = std::fs::write(file, &table);
