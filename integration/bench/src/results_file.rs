@@ -21,13 +21,29 @@ pub fn sections(part: &str) -> &'static [&'static str] {
     }
 }
 
+/// The sections keyed by door or by ratio: a run of some doors
+/// (`--doors`) measures only their entries, so its entries replace those
+/// and every other entry stays. (Replacing the section whole once left
+/// `counted_ratios` empty and `instructions` with only the doors of the
+/// last `--doors 12,14,16,17` run: none of its ratios had both doors.)
+const BY_ENTRY: &[&str] = &["instructions", "counted_ratios"];
+
 /// What to write: `new` whole for a full run (`only` = `None`) or when there
-/// is no readable earlier file; else `old` with `only`'s sections from `new`.
+/// is no readable earlier file; else `old` with `only`'s sections from `new`
+/// — entry by entry for the sections in [`BY_ENTRY`].
 pub fn merge(old: Option<Value>, new: Value, only: Option<&str>) -> Value {
     let (Some(part), Some(Value::Object(mut kept))) = (only, old) else { return new };
     for key in sections(part) {
-        if let Some(v) = new.get(*key) {
-            kept.insert((*key).to_string(), v.clone());
+        let Some(v) = new.get(*key) else { continue };
+        match (kept.get_mut(*key), v) {
+            (Some(Value::Object(entries)), Value::Object(measured)) if BY_ENTRY.contains(key) => {
+                for (entry, figure) in measured {
+                    entries.insert(entry.clone(), figure.clone());
+                }
+            }
+            _ => {
+                kept.insert((*key).to_string(), v.clone());
+            }
         }
     }
     let from: serde_json::Map<String, Value> = ["machine", "settings", "load_average"].iter().filter_map(|k| Some(((*k).to_string(), new.get(*k)?.clone()))).collect();
@@ -69,8 +85,27 @@ mod tests {
         assert_eq!(merged["crd_heavy"], full()["crd_heavy"]);
         assert_eq!(merged["settings"], full()["settings"], "the full run's settings stay the file's");
         assert_eq!(merged["instructions"]["(9) native 50"]["per_request"], 184000);
-        assert_eq!(merged["counted_ratios"], json!({"(9)/(1)": 0.967}));
+        assert_eq!(merged["instructions"]["(1) no-filter 50"]["per_request"], 178000);
+        assert_eq!(merged["counted_ratios"], json!({"(2)/(1)": 0.82, "(9)/(1)": 0.967}), "the ratio it did not measure is kept");
         assert_eq!(merged["partial_runs"]["instructions"]["settings"]["rounds"], "1");
+    }
+
+    /// A `--doors` subset (issue 63 item 5): the doors it counted and the
+    /// ratios it could form replace theirs; every other door's count and
+    /// every other ratio stays — even when it formed no ratio at all.
+    #[test]
+    fn a_doors_subset_keeps_the_other_doors_counts_and_ratios() {
+        let old = json!({
+            "instructions": {"(1) no-filter 50": {"per_request": 178231}, "(9) native 50": {"per_request": 184000}, "(12) native-unpinned 50": {"per_request": 190000}},
+            "counted_ratios": {"(9)/(1) native": 0.969, "(12)/(11) native unpinned over no filter with its routes": 0.95},
+        });
+        let subset = json!({"instructions": {"(12) native-unpinned 50": {"per_request": 189000}, "(14) native-unpinned-quiet 50": {"per_request": 186000}}, "counted_ratios": {}});
+        let merged = merge(Some(old.clone()), subset, Some("instructions"));
+        assert_eq!(merged["instructions"]["(1) no-filter 50"], old["instructions"]["(1) no-filter 50"]);
+        assert_eq!(merged["instructions"]["(9) native 50"], old["instructions"]["(9) native 50"]);
+        assert_eq!(merged["instructions"]["(12) native-unpinned 50"]["per_request"], 189000, "measured again: replaced");
+        assert_eq!(merged["instructions"]["(14) native-unpinned-quiet 50"]["per_request"], 186000, "new door: added");
+        assert_eq!(merged["counted_ratios"], old["counted_ratios"], "no ratio measured: every one kept");
     }
 
     #[test]
