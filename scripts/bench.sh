@@ -12,4 +12,7 @@ scripts/build.sh --release
 scripts/kube-apiserver.sh >/dev/null
 scripts/kube-release.sh "$(head -n1 scripts/kube-releases)" >/dev/null
 scripts/etcd.sh >/dev/null
-MVP_BIN_DIR=$PWD/target/release exec target/release/bench "$@"
+# Where cargo built it: the cache when CARGO_TARGET_DIR says so (as
+# scripts/test.sh sets it), else the work tree.
+release=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release
+MVP_BIN_DIR=$release exec "$release/bench" "$@"
