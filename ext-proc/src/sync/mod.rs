@@ -272,20 +272,16 @@ impl Syncer {
                     state.version = version;
                 }
                 if let Err(e) = ready {
-                    // Unreachable is an error; a 5xx /readyz is a drain.
-                    use crate::discover::{DiscoveryError, FetchError};
-                    let (answering, shutting_down) = match &e {
-                        DiscoveryError::Fetch { source: FetchError::NotReady { shutting_down, .. }, .. } => (true, *shutting_down),
-                        DiscoveryError::Fetch { source: FetchError::Status(_), .. } => (true, None),
-                        _ => (false, None),
-                    };
+                    // Unreachable is an error; a failure status is a
+                    // server starting or draining (its answer says which).
+                    let how = NotReady::of(&e);
+                    let answering = how != NotReady::Unreachable;
                     if !answering {
                         metrics.sync_error(&name, "fetch_readyz");
                     }
                     if state.ready || state.last_error.is_none() {
                         tracing::info!(apiserver = %name, error = %e, answering, "apiserver not ready; no new request reaches it until it is ready and read again");
                     }
-                    let how = if answering { NotReady::Answered { shutting_down } } else { NotReady::Unreachable };
                     state.not_ready(e.to_string(), how, now);
                 }
                 match result {

@@ -108,7 +108,7 @@ pub fn build<'a>(all: impl IntoIterator<Item = Member<'a>>) -> pb::RoutingTable 
                 closed: !s.open,
                 pending: !s.open && s.pending,
                 draining: !s.open && s.draining,
-                returning: !s.open && s.pending && s.returning,
+                returning: !s.open && s.returning,
                 older: newest.is_some_and(|n| s.release.is_some_and(|r| r < n)),
             })
             .collect(),

@@ -25,6 +25,7 @@ pub mod latency;
 pub mod load;
 mod order;
 mod paired;
+mod proc_cost;
 mod propagation;
 mod rebuilds;
 mod report;
@@ -35,6 +36,7 @@ pub mod scale_real;
 pub mod scale_storm;
 pub mod scale_traffic;
 mod settings;
+use proc_cost::{cpu_ms, cpu_ticks, envoy_heap_mib, rss_mib};
 pub mod variants;
 
 use std::collections::BTreeMap;
@@ -106,44 +108,6 @@ pub struct Results {
 fn two_ports() -> (u16, u16) {
     let p = free_ports(2);
     (p.first().copied().unwrap_or(0), p.get(1).copied().unwrap_or(0))
-}
-
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command: utime is the 12th, stime the 13th.
-    let rest = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-    n(11) + n(12)
-}
-
-/// A process's CPU time so far, ms, summed over its threads' scheduler
-/// counters (nanoseconds; `/proc/PID/stat` counts 10 ms ticks, too coarse
-/// for a door's CPU in a few seconds).
-fn cpu_ms(pid: u32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e6
-}
-
-/// The heap an Envoy's allocator has in use now, MiB, from its admin's
-/// `/memory` (the `server.memory_allocated` gauge moves only at a stats
-/// flush); 0 without an Envoy or an answer.
-async fn envoy_heap_mib(http: &reqwest::Client, admin: Option<u16>) -> f64 {
-    let Some(admin) = admin else { return 0.0 };
-    let v: serde_json::Value = match http.get(format!("http://127.0.0.1:{admin}/memory")).send().await {
-        Ok(r) => r.json().await.unwrap_or_default(),
-        Err(_) => serde_json::Value::Null,
-    };
-    v["allocated"].as_str().and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0) / (1024.0 * 1024.0)
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    integration::harness::process::rss_kib(pid) as f64 / 1024.0
 }
 
 /// The upstream's `x-routed` when the request carried no route header.

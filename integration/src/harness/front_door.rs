@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::fakes::{Fake, FakeSpec, start_fake};
 pub use super::options::{Options, Workdir};
 use super::process::{Proc, free_ports, wait_for};
-use super::tools::{FilterBuild, envoy_bin, ext_proc_bin};
+use super::tools::{envoy_bin, ext_proc_bin};
 use super::topology::{Ports, Replica, Topology};
 use crate::pki::Pki;
 
@@ -274,58 +274,6 @@ impl FrontDoor {
         let fake = start_fake(self.dir.path(), spec, 0)?.ready().await?;
         self.fakes.push(fake);
         self.fakes.last().context("just added")
-    }
-
-    /// Another Envoy on its own ports with the same bootstrap, served by the
-    /// same mvp-ext-proc (several front doors behind an L4 balancer):
-    /// returns it and its topology once it is ready.
-    pub async fn another_envoy(&self) -> Result<(Proc, Topology)> {
-        self.another_envoy_with(|yaml| yaml).await
-    }
-
-    /// [`FrontDoor::another_envoy`] with its bootstrap edited (e.g. a plain
-    /// round-robin front door: no routing filter, same apiserver members).
-    pub async fn another_envoy_with(&self, edit: fn(String) -> String) -> Result<(Proc, Topology)> {
-        self.another_envoy_of(self.topology.filter, edit).await
-    }
-
-    /// [`FrontDoor::another_envoy_with`] running the routing filter's
-    /// other build (both builds' doors side by side on the same members).
-    pub async fn another_envoy_of(&self, filter: FilterBuild, edit: fn(String) -> String) -> Result<(Proc, Topology)> {
-        self.another_envoy_under(filter, edit, None).await
-    }
-
-    /// [`FrontDoor::another_envoy_of`] run by `under` (a program and its
-    /// flags, Envoy's command line following them: valgrind for the
-    /// bench's instruction counts) with `within` to start.
-    pub async fn another_envoy_under(&self, filter: FilterBuild, edit: fn(String) -> String, under: Option<(&[String], Duration)>) -> Result<(Proc, Topology)> {
-        let mut topology = self.topology.clone();
-        topology.filter = filter;
-        let free = free_ports(2);
-        topology.ports.listen = free.first().copied().context("no free port")?;
-        topology.ports.admin = free.get(1).copied().context("no free port")?;
-        let config = self.dir.path().join(format!("envoy-{}.yaml", topology.ports.listen));
-        std::fs::write(&config, edit(topology.render_envoy_config()?))?;
-        let (mut program, mut args) = (envoy_bin()?, Topology::envoy_args(&config, 1, "info"));
-        if let Some((wrapper, within)) = under {
-            let (first, flags) = wrapper.split_first().context("an empty wrapper command")?;
-            args = flags.iter().cloned().chain([program.to_string_lossy().into_owned()]).chain(args).collect();
-            program = first.into();
-            topology.envoy_start_within = within;
-        }
-        let envoy = Proc::spawn(&format!("envoy-{}", topology.ports.listen), self.dir.path(), &program, &args)?;
-        topology.wait_ready(&self.http).await?;
-        Ok((envoy, topology))
-    }
-
-    /// An Envoy of [`FrontDoor::another_envoy`] started again, its process
-    /// gone (killed, crashed), on the same ports and bootstrap; returned
-    /// once it is ready.
-    pub async fn restart_another_envoy(&self, topology: &Topology) -> Result<Proc> {
-        let config = self.dir.path().join(format!("envoy-{}.yaml", topology.ports.listen));
-        let envoy = Proc::spawn(&format!("envoy-{}-again", topology.ports.listen), self.dir.path(), &envoy_bin()?, &Topology::envoy_args(&config, 1, "info"))?;
-        topology.wait_ready(&self.http).await?;
-        Ok(envoy)
     }
 
     pub fn fake_mut(&mut self, name: &str) -> &mut Fake {

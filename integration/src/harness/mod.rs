@@ -3,7 +3,7 @@
 //! - [`topology`]: the one description of a front door (apiservers, ports,
 //!   flags) and the one readiness wait; tests, benchmark and demo use it.
 //! - [`front_door`]: fake apiservers + mvp-ext-proc + Envoy for a test, set
-//!   up by [`options`].
+//!   up by [`options`]; [`more_envoys`]: more Envoys on its mvp-ext-proc.
 //! - [`fakes`]: what each fake apiserver serves and how it authenticates.
 //! - [`process`]: child processes, free ports, bounded waits.
 //! - [`tools`]: where the built binaries, Envoy, kubectl and Python are.
@@ -24,6 +24,7 @@ pub mod crd_heavy;
 pub mod fakes;
 pub mod front_door;
 pub mod http1_apiservers;
+pub mod more_envoys;
 pub mod node;
 pub mod node_cleanup;
 pub mod options;
