@@ -30,11 +30,14 @@
 //! - Operators: [`operate`] (`/` the status page, `/metrics`, `/healthz`,
 //!   `/readyz`, `/table`, `/debug/route` = the table's explain, `/readiness`) over
 //!   [`metrics`], which every part updates.
+//! - [`bearer_token`]: a token read from `Authorization` as kube reads it
+//!   (the skew log and delegated authorization).
 //! - [`cli`] turns flags into options; [`serve`] wires the processes;
 //!   [`stopping`] is their graceful stop.
 
 pub mod apidiscovery;
 pub mod apiservers;
+pub mod bearer_token;
 pub mod building;
 pub mod cli;
 pub mod discover;

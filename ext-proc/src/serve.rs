@@ -16,7 +16,7 @@ use crate::grpc::listen::GrpcListen;
 use crate::metrics::Metrics;
 use crate::sync::{States, SyncOptions, Syncer};
 use crate::tls::PeerTls;
-use crate::stopping::Stop;
+use crate::stopping::{DRAIN_LIMIT, Stop};
 use crate::xds::{AdsServer, ClusterOptions, Snapshot, XdsPublisher};
 use crate::membership::kube::KubeOptions;
 use crate::merge::apis_plane::DiscoveryPlane;
@@ -190,9 +190,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
     // beside the state file across restarts.
     let usage_file = o.state_file.as_deref().map(crate::usage::persist::path_for);
     let usage = Arc::new(usage_file.as_deref().map(crate::usage::persist::load).unwrap_or_default());
-    if let Some(path) = usage_file {
-        tokio::spawn(crate::usage::persist::save_loop(usage.clone(), path));
-    }
+    let usage_saving = usage_file.map(|path| tokio::spawn(crate::usage::persist::save_loop(usage.clone(), path, stopping.clone())));
     // Token clients are named by the cluster that reviews the operator
     // endpoints' tokens, if one is configured.
     let reviewer = delegated.as_ref().map(|d| Arc::new(crate::usage::verify::KubeReviewer(d.client())) as Arc<dyn crate::usage::verify::Reviewer>);
@@ -209,7 +207,7 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         .add_service(ads.service())
         .add_service(table::get_table::TableService::server(published.table.clone(), metrics.clone(), stopping.clone(), o.max_held_table_calls))
         .add_service(rewrite::handler::Rewriter::server(published.merged.clone(), published.openapi.clone(), metrics.clone()))
-        .add_service(crate::usage::als::SkewLog::server(verifier, &o.username_header, &o.group_header));
+        .add_service(crate::usage::als::SkewLog::server(verifier, &o.username_header, &o.group_header, stopping.clone()));
     tokio::spawn(stop.on_signal());
     let tls_config = grpc_tls.as_ref().map(|(config, _)| config.clone());
     let grpc_server = futures::future::try_join_all(grpc.into_iter().map(|l| l.serve(grpc_router.clone(), stopping.clone(), tls_config.clone())));
@@ -235,6 +233,12 @@ async fn run(o: ServeOptions) -> anyhow::Result<()> {
         })
     });
     grpc_server.await.context("gRPC server failed")?;
+    // The skew log's last counts written (a bounded write of one file).
+    if let Some(t) = usage_saving
+        && tokio::time::timeout(DRAIN_LIMIT, t).await.is_err()
+    {
+        tracing::warn!("the skew log's counts were not saved within the drain limit");
+    }
     drop(members_tx);
     if let Some(t) = membership_task {
         t.abort();

@@ -115,7 +115,7 @@ impl Router {
         }
         // A skewed API's record, for who would lose it (`readiness`).
         if self.config.record_skew && crate::skew::is_skewed(&key, &decision, table.all()) {
-            self.mark_skew(host, &key);
+            self.mark_skew(host, &table.known_key(&key));
         }
         // And a warning for what only older releases serve.
         // (Not the 503 Status: the request reaches no apiserver.)
@@ -125,7 +125,7 @@ impl Router {
             && decision.served_by().is_some_and(|set| table.only_older(set))
             && let Ok(mut buf) = self.key_buf.try_borrow_mut()
         {
-            crate::skew::write_warning(&key, table.newest_release(), &mut buf);
+            crate::skew::write_warning(&table.known_key(&key), table.newest_release(), &mut buf);
             if let Err(e) = host.warn_client(&buf) {
                 host.log(LogLevel::Warn, &format!("mvp router: warning a client: {e}"));
             }

@@ -390,6 +390,10 @@ fn marks_requests_for_skewed_resources_only() {
         for (path, bearer, want) in [
             ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c", true, Some("resource.k8s.io/v1/resourceclaims\tsystem:serviceaccount:ns:sa")),
             ("/apis/apps/v1/namespaces/ns/deployments/d/scale", false, Some("apps/v1/deployments/scale\t")),
+            // A subresource the table does not know: labelled as the
+            // resource it routes as, the client's bytes (a tab would split
+            // the record) left out.
+            ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/x%09system:masters", false, Some("resource.k8s.io/v1/resourceclaims\t")),
             // Only closed c serves it: the 503, still a skewed API.
             ("/apis/batch/v1/jobs", false, Some("batch/v1/jobs\t")),
             // Every member serves it (c is closed: pinned, not skewed).
@@ -434,5 +438,29 @@ fn warns_of_what_only_older_releases_serve() {
                 assert!(w.starts_with(b"299 - \"apps/v1 deployments/scale is served only by kube-apiservers older than 1.37"), "{}", String::from_utf8_lossy(&w));
             }
         }
+    }
+}
+
+/// The warning names what the table knows, never a client's bytes: an
+/// invented subresource with a quote, a backslash or a line break (kube's
+/// `NewWarningHeader` refuses control characters) is left out.
+#[test]
+fn the_warning_carries_no_client_bytes() {
+    let refresher = FakeHost::default();
+    let mut t = sample();
+    t.apiservers[0].older = true;
+    t.apiservers[1].older = true;
+    t.newest_release = "1.37".into();
+    publish(&refresher, &NewTable { version: t.version, encoded: t.encode_to_vec() }).unwrap();
+    let router = Router::new(RouterConfig { warn_on_skew: true, ..RouterConfig::default() }, &refresher.sibling());
+    for path in ["/apis/apps/v1/namespaces/ns/deployments/d/%22x%0D%0AX-Evil:%201", "/apis/apps/v1/namespaces/ns/deployments/d/%5C%22", "/apis/apps/v1/namespaces/ns/deployments/d"] {
+        let request = refresher.sibling().with_path(path);
+        router.on_request_headers(&request, 1, true);
+        let got = request.properties.borrow().get("mvp_warning").cloned().unwrap_or_default();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            "299 - \"apps/v1 deployments is served only by kube-apiservers older than 1.37: unavailable once the upgrade to 1.37 finishes\"",
+            "{path}"
+        );
     }
 }

@@ -112,8 +112,9 @@ async fn a_restart_while_an_apiserver_hangs_changes_nothing_for_the_others() {
 
 /// mvp-ext-proc stopped gracefully (SIGTERM, as the kubelet stops a pod)
 /// while clients hold streams open: the ADS subscription — which never ends
-/// on its own, so a graceful stop once waited on Envoy for over 10 s — is
-/// ended by the server with UNAVAILABLE at once, and a client that holds
+/// on its own, so a graceful stop once waited on Envoy for over 10 s — and
+/// the skew log's stream are ended by the server with UNAVAILABLE at once,
+/// and a client that holds
 /// any other stream open cannot keep the process from exiting: it is cut
 /// off after the drain limit, and the cut-off is logged.
 #[tokio::test]
@@ -121,6 +122,8 @@ async fn a_graceful_stop_ends_ads_streams_and_bounds_the_drain() {
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
     use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
     use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
+    use envoy_types::pb::envoy::service::accesslog::v3::StreamAccessLogsMessage;
+    use envoy_types::pb::envoy::service::accesslog::v3::access_log_service_client::AccessLogServiceClient;
     use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
     use futures::StreamExt;
 
@@ -133,12 +136,21 @@ async fn a_graceful_stop_ends_ads_streams_and_bounds_the_drain() {
         .unwrap()
         .into_inner();
     assert!(ads.message().await.unwrap().is_some_and(|r| !r.resources.is_empty()), "no clusters on the ADS stream");
+    // A skew log stream, as Envoy's access logger keeps one open: it never
+    // ends on its own either.
+    let mut log = AccessLogServiceClient::new(channel.clone());
+    let skew_log = tokio::spawn(async move { log.stream_access_logs(futures::stream::pending::<StreamAccessLogsMessage>()).await });
     // An ext_proc stream that never sends its request's headers.
     let _held = ExternalProcessorClient::new(channel).process(futures::stream::pending::<ProcessingRequest>()).await.unwrap();
 
     door.ext_proc.signal("TERM");
     let ended = tokio::time::timeout(Duration::from_secs(20), ads.message()).await.expect("the ADS stream outlived the stop");
     let status = ended.expect_err("the ADS stream ended without a status");
+    assert_eq!((status.code(), status.message()), (tonic::Code::Unavailable, "mvp-ext-proc is stopping"));
+    // The skew log's stream too, at once (before: it held the drain to its
+    // limit).
+    let ended = tokio::time::timeout(Duration::from_secs(3), skew_log).await.expect("the skew log stream outlived the stop").unwrap();
+    let status = ended.expect_err("the skew log stream ended without a status");
     assert_eq!((status.code(), status.message()), (tonic::Code::Unavailable, "mvp-ext-proc is stopping"));
     let log = door.ext_proc.log.clone();
     wait_for("mvp-ext-proc to stop though a stream is held open", Duration::from_secs(30), || {

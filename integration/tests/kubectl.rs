@@ -113,3 +113,32 @@ async fn kubectl_prints_the_warning_for_what_only_older_releases_serve() {
         assert!(!stderr.contains("Warning"), "{path}: {stderr}");
     }
 }
+
+/// The `Warning` names only what the routing table knows (issue 64 item
+/// 5): a subresource the client invents — a quote, a backslash, a line
+/// break with a header after it, percent-encoded — is left out of it,
+/// over HTTP/1.1 and HTTP/2, so no client byte reaches a response header
+/// (kube's own `NewWarningHeader` refuses control characters and quotes
+/// `"` and `\`).
+#[tokio::test]
+async fn the_warning_carries_no_client_bytes() {
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    let want = "299 - \"flowcontrol.apiserver.k8s.io/v1beta3 flowschemas is served only by kube-apiservers older than 1.37: unavailable once the upgrade to 1.37 finishes\"";
+    let collection = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas";
+    integration::harness::wait_for("the warning for what only v1.30 serves", std::time::Duration::from_secs(30), || async {
+        let r = door.http.get(door.url(collection)).send().await.ok()?;
+        (r.headers().get("warning")?.as_bytes() == want.as_bytes()).then_some(())
+    })
+    .await
+    .unwrap();
+    let h2c = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
+    for (protocol, client) in [("HTTP/1.1", &door.http), ("HTTP/2", &h2c)] {
+        for invented in ["%22x%0D%0AX-Evil:%201", "%5C%22%5C", "a%0Ab", "%7F"] {
+            let path = format!("{collection}/f/{invented}");
+            let r = client.get(door.url(&path)).send().await.unwrap_or_else(|e| panic!("{protocol} {path}: {e}"));
+            assert!(r.headers().get("x-evil").is_none(), "{protocol} {path}: a header of the client's");
+            let warnings: Vec<String> = r.headers().get_all("warning").iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect();
+            assert_eq!(warnings, [want], "{protocol} {path} ({})", r.status());
+        }
+    }
+}

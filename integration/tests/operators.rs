@@ -340,11 +340,15 @@ async fn readiness_names_the_apis_members_leaving_would_take_away() {
     let (code, text) = readiness(&door, &["--release", "1.30"]);
     assert!(code == Some(1) && text.starts_with("if every member on 1.30:"), "{text}");
 
-    // Questions it cannot answer: a clear error, non-zero.
+    // Questions it cannot answer: a clear error and "cannot tell" (2),
+    // never the verdict "would break" (1) — nor one replica's verdict
+    // while another cannot be asked.
     let (code, text) = readiness(&door, &["--release", "1.38"]);
-    assert!(code == Some(1) && text.contains("no member runs 1.38"), "{text}");
+    assert!(code == Some(2) && text.contains("no member runs 1.38"), "{text}");
     let (code, text) = readiness(&door, &["--remove", "nope"]);
-    assert!(code == Some(1) && text.contains("no member named \"nope\" (members: v130, v133, v137)"), "{text}");
+    assert!(code == Some(2) && text.contains("no member named \"nope\" (members: v130, v133, v137)"), "{text}");
+    let (code, text) = readiness(&door, &["--server", "http://127.0.0.1:9"]);
+    assert!(code == Some(2) && text.contains("cannot tell") && text.contains("127.0.0.1:9"), "{text}");
 
     // Who would lose them: requests through the door are counted per API
     // and client (the filter marks requests for skewed APIs; Envoy's skew
@@ -441,4 +445,33 @@ async fn readiness_names_the_apis_members_leaving_would_take_away() {
     assert!(metrics.contains("mvp_api_only_older_releases{api=\"flowcontrol.apiserver.k8s.io/v1beta3/flowschemas\"} 1\n"), "{metrics}");
     assert!(!metrics.contains("mvp_api_only_older_releases{api=\"lifecycle.k8s.io/v1alpha1/evictionrequests\"}"), "only the newest serves it: {metrics}");
     assert!(!metrics.contains("deployer"), "no client in a label: {metrics}");
+}
+
+/// While a member is closed every request is pinned (to the open members),
+/// yet only the requests with the skew record reach the skew log: no other
+/// request's token leaves Envoy (issue 64 item 9; before, the wasm build's
+/// log took every pinned request — while any member was closed, all of
+/// them). Counted by Envoy itself.
+#[tokio::test]
+async fn only_skewed_requests_reach_the_skew_log_while_a_member_is_closed() {
+    let door = FrontDoor::start(&[FakeSpec::new("v130", "v1.30"), FakeSpec::new("v133", "v1.33"), FakeSpec::new("v137", "v1.37")], Options::default()).await.unwrap();
+    let skewed = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas";
+    let written = || door.envoy_stat("access_logs.grpc_access_log.logs_written");
+    let get = |path: &'static str| door.http.get(door.url(path)).bearer_auth("a-token-of-someones").send();
+    // The first entry creates the logger (and its counter).
+    assert_eq!(get(skewed).await.unwrap().status(), 200);
+    let base = wait_for("the skew log's first entry", Duration::from_secs(20), || async { written().await.filter(|n| *n >= 1) }).await.unwrap();
+    door.fake("v133").proc.signal("STOP");
+    let closed = |t: &Value| t["apiservers"].as_array().is_some_and(|a| a.iter().any(|s| s["name"] == "v133" && s["open"] == false));
+    door.wait_table_published(closed).await.unwrap();
+    // Served by every member, so pinned to the open two now: not skewed.
+    for _ in 0..20 {
+        assert_eq!(get("/api/v1/namespaces").await.unwrap().status(), 200);
+    }
+    assert_eq!(get(skewed).await.unwrap().status(), 200);
+    // One connection, in order: once the skewed request is logged, the
+    // pinned ones before it would have been.
+    let got = wait_for("the skewed request logged", Duration::from_secs(20), || async { written().await.filter(|n| *n > base) }).await.unwrap();
+    door.fake("v133").proc.signal("CONT");
+    assert_eq!(got, base + 1, "pinned requests that are not skewed reached the skew log");
 }

@@ -9,8 +9,7 @@
 //! (`--authentication-kubeconfig`, as its operator endpoints). Then:
 //! - `mvp-ext-proc readiness --remove kas-old` names exactly those three,
 //!   with their counts — the ServiceAccount as the cluster names it — and
-//!   the forged token as rejected (not a client that would break), and
-//!   exits 1; the report's rollback side names what only 1.37 serves, and
+//!   not the forged token (kube answered it 401: not a use), and exits 1; the report's rollback side names what only 1.37 serves, and
 //!   a client that already uses it;
 //! - kubectl prints the front door's `Warning` for the API only the older
 //!   release serves, and none for one the newest serves.
@@ -105,7 +104,6 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
             "deployer/1.0",
             2,
         ),
-        (json!({"kind": "rejectedToken", "subject": "system:serviceaccount:kube-system:admin"}), "forger/0.1", 1),
     ];
     let (code, report, api) = wait_for("the skew log's counts", Duration::from_secs(20), || async {
         let (code, r) = readiness();
@@ -119,9 +117,12 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
     .unwrap();
     assert_eq!(code, Some(1), "a client would break: {report}");
     let clients = api["usedBy"]["clients"].as_array().unwrap();
-    assert_eq!(clients.len(), 4, "exactly the three clients and the forger: {api}");
+    // The forger's request was refused (401): not a use, not a client —
+    // whatever its token claims (issue 64 item 2).
+    assert_eq!(clients.len(), 3, "exactly the three clients, not the forger: {api}");
+    assert!(clients.iter().all(|c| c["userAgent"] != "forger/0.1"), "{api}");
     assert_eq!(api["servedBy"], json!(["kas-old"]), "{api}");
-    assert_eq!(report["clientsLosing"], 3, "the forger has nothing to lose: {report}");
+    assert_eq!(report["clientsLosing"], 3, "{report}");
     // What only 1.37 serves is not at stake in a removal of kas-old.
     assert!(report["lost"].as_array().unwrap().iter().all(|a| a["servedBy"] == json!(["kas-old"])), "{report}");
     eprintln!("readiness --remove kas-old: {} resources lost, {OLD_ONLY_LABEL} used by {}", report["lost"].as_array().unwrap().len(), clients.iter().map(|c| format!("{} ×{}", c["who"], c["count"])).collect::<Vec<_>>().join(", "));
@@ -134,7 +135,7 @@ async fn readiness_names_who_would_lose_what_the_upgrade_takes_away() {
         text.contains("used by system:serviceaccount:default:ci-deployer (token; groups system:serviceaccounts, system:serviceaccounts:default, system:authenticated) (deployer/1.0) from 127.0.0.1: 2 request(s)"),
         "{text}"
     );
-    assert!(text.contains("used by system:serviceaccount:kube-system:admin (token claim, rejected by the cluster) (forger/0.1)"), "{text}");
+    assert!(!text.contains("forger/0.1") && !text.contains("kube-system:admin"), "{text}");
     assert!(text.contains(" served by no apiserver, used by 3 client(s)"), "{text}");
     assert!(text.contains("gone again on a rollback"), "{text}");
 

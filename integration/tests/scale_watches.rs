@@ -379,6 +379,24 @@ fn node_address(n: usize) -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::new(127, 1, (n / 250) as u8, (n % 250 + 1) as u8)
 }
 
+/// The PROXY protocol only from the load balancers (issue 64 item 6):
+/// a peer outside `--proxy-protocol-from` that sends the header — naming
+/// any source it likes, a fresh share of the hold for each — finds no
+/// filter chain and is closed, on either build.
+#[tokio::test]
+async fn the_proxy_protocol_is_taken_from_the_balancers_only() {
+    use integration::harness::balancer::TcpBalancer;
+    let options = Options { envoy_config_args: vec!["--proxy-protocol".into(), "--proxy-protocol-from=192.0.2.0/24".into()], ..Options::default() };
+    let door = FrontDoor::start(&three_fakes(), options).await.unwrap();
+    // Not a balancer: 127.0.0.1 is outside the range.
+    let lb = TcpBalancer::start(door.dir.path(), door.listen_port, true).await.unwrap();
+    let client = node_client(Some(node_address(0)), None);
+    let got = client.get(lb.url("/api/v1/namespaces/default/pods")).timeout(std::time::Duration::from_secs(10)).send().await;
+    assert!(got.is_err(), "a spoofed PROXY header was taken: {:?}", got.map(|r| r.status()));
+    let refused = door.envoy_stat(&format!("listener.127.0.0.1_{}.no_filter_chain_match", door.listen_port)).await;
+    assert!(refused.is_some_and(|n| n >= 1), "no connection refused for want of a filter chain: {refused:?}");
+}
+
 /// The filter's hold in a storm (issue 48): every node watches an API only
 /// one apiserver serves (an upgrade's new API, its one new server), from an
 /// address of its own as nodes do; that apiserver restarts. Re-watches
@@ -423,7 +441,7 @@ async fn a_storm_through_a_tcp_load_balancer_is_held_per_node() {
     drop(lb);
     drop(door);
     // The PROXY protocol, no credentials: each node's own address.
-    let options = Options { envoy_config_args: vec!["--proxy-protocol".into()], ..Options::default() };
+    let options = Options { envoy_config_args: vec!["--proxy-protocol".into(), "--proxy-protocol-from=127.0.0.1/32".into()], ..Options::default() };
     let mut door = FrontDoor::start(&three_fakes(), options).await.unwrap();
     let lb = TcpBalancer::start(door.dir.path(), door.listen_port, true).await.unwrap();
     let clients = (0..nodes).map(|n| node_client(Some(node_address(n)), None)).collect();

@@ -265,6 +265,23 @@ impl RouteTable {
         }
     }
 
+    /// `key` in the table's own names: a subresource the table does not
+    /// know for its resource (routed as the resource, see
+    /// [`RouteTable::servers`]) cut off. What the front door writes where
+    /// a client's bytes must not go — a `Warning`, the skew log's labels —
+    /// is then a name some apiserver's discovery gave, from a set the
+    /// apiservers bound: a client cannot invent labels, nor put quotes or
+    /// line breaks into a header.
+    pub fn known_key<'k>(&self, key: &RouteKey<'k>) -> RouteKey<'k> {
+        match *key {
+            RouteKey::Resource { group, version, resource, subresource } if !subresource.is_empty() => {
+                let known = self.groups.get(group).and_then(|g| g.versions.get(version)).and_then(|v| v.resources.get(resource)).is_some_and(|r| r.subresources.contains_key(subresource));
+                RouteKey::Resource { group, version, resource, subresource: if known { subresource } else { b"" } }
+            }
+            other => other,
+        }
+    }
+
     /// Whether a member's current API set is unknown, so an API the table
     /// does not know may be about to be served (see `Apiserver.pending`).
     pub fn pending(&self) -> bool {

@@ -42,6 +42,22 @@ fn lookups() {
     assert_eq!(values(t.discovery_upstreams(b"", Some(b"v1"))), Vec::<String>::new());
 }
 
+/// Only names the table holds are written where a client's bytes must not
+/// go: an advertised subresource stays, an invented one is cut.
+#[test]
+fn a_key_in_the_tables_own_names() {
+    let t = RouteTable::decode(&sample().encode_to_vec()).unwrap();
+    let key = |subresource: &'static [u8]| RouteKey::Resource { group: b"apps", version: b"v1", resource: b"deployments", subresource };
+    assert_eq!(t.known_key(&key(b"scale")), key(b"scale"));
+    assert_eq!(t.known_key(&key(b"")), key(b""));
+    for invented in [&b"status"[..], b"x\"\r\n", b"\\"] {
+        assert_eq!(t.known_key(&key(invented)), key(b""), "{invented:?}");
+    }
+    let other = RouteKey::Resource { group: b"nope", version: b"v1", resource: b"x", subresource: b"y" };
+    assert_eq!(t.known_key(&other), RouteKey::Resource { group: b"nope", version: b"v1", resource: b"x", subresource: b"" });
+    assert_eq!(t.known_key(&RouteKey::Discovery { group: b"apps", version: None }), RouteKey::Discovery { group: b"apps", version: None });
+}
+
 #[test]
 fn unhealthy_members_come_last() {
     let mut p = sample();

@@ -116,9 +116,16 @@ pub(super) struct EnvoyConfigArgs {
     /// and whose share of the hold is bounded. Without it, behind a load
     /// balancer every client has the balancer's address. A connection
     /// without the header is refused: give it only when every client comes
-    /// through such a balancer.
-    #[arg(long)]
+    /// through such a balancer. Requires --proxy-protocol-from.
+    #[arg(long, requires = "proxy_protocol_from")]
     proxy_protocol: bool,
+    /// With --proxy-protocol: the load balancers' addresses (CIDR, e.g.
+    /// 10.0.0.0/24 or 10.0.0.7/32; repeatable), the only peers a connection
+    /// is taken from. Anyone else who can reach the port could otherwise
+    /// name any source in its header: a fresh share of the hold per
+    /// invented address, a forged address in the audit trail.
+    #[arg(long, value_name = "CIDR", requires = "proxy_protocol", value_parser = parse_cidr)]
+    proxy_protocol_from: Vec<ipnet::IpNet>,
     /// Serving certificate of the front door; with --tls-private-key-file,
     /// clients connect over TLS (HTTP/2 and HTTP/1.1).
     #[arg(long, value_name = "FILE")]
@@ -280,7 +287,7 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         hold_max_per_worker: a.hold_max_per_worker,
         hold_max_per_client: a.hold_max_per_client,
         hold_max_body_bytes: a.hold_max_body_bytes,
-        proxy_protocol: a.proxy_protocol,
+        proxy_protocol_from: if a.proxy_protocol { a.proxy_protocol_from } else { Vec::new() },
         ext_proc_message_timeout: a.ext_proc_message_timeout,
         access_log: a.access_log == AccessLog::Stdout,
         record_skew: a.record_skew,
@@ -297,4 +304,29 @@ fn render_envoy_config(a: EnvoyConfigArgs, command: &str) -> anyhow::Result<Stri
         control_tls,
     };
     Ok(envoy_config::render_yaml(&opts, command)?)
+}
+
+/// A CIDR range (`10.0.0.0/24`; a bare address is one host).
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("{s:?}: not an address range (e.g. 10.0.0.0/24 or 10.0.0.7)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The PROXY protocol only with the balancers' ranges: without them
+    /// any peer could name any source.
+    #[test]
+    fn the_proxy_protocol_needs_the_balancers_addresses() {
+        let err = envoy_config_yaml(&["--proxy-protocol".to_string()]).unwrap_err().to_string();
+        assert!(err.contains("--proxy-protocol-from"), "{err}");
+        assert_eq!(parse_cidr("10.0.0.7"), Ok("10.0.0.7/32".parse().unwrap()));
+        assert_eq!(parse_cidr("10.0.0.9/24"), Ok("10.0.0.0/24".parse().unwrap()));
+        assert_eq!(parse_cidr("fd00::1/64"), Ok("fd00::/64".parse().unwrap()));
+        assert!(parse_cidr("10.0.0.0/33").is_err() && parse_cidr("lb.example").is_err());
+    }
 }

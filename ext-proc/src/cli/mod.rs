@@ -283,7 +283,14 @@ pub fn main() -> ExitCode {
         Command::Certs(args) => done(certs::certs(args)),
         Command::DecodeDiscovery => done(decode_discovery()),
         Command::Explain(args) => done(explain::explain(args)),
-        Command::Readiness(args) => readiness::readiness(args),
+        // An upgrade script tells "would break" (1) from "cannot tell" (2):
+        // a question that could not be asked or answered — a replica
+        // unreachable, a 503 while its first round runs, a member that is
+        // not there — is the latter, never a verdict.
+        Command::Readiness(args) => readiness::readiness(args).or_else(|e| {
+            eprintln!("mvp-ext-proc readiness: cannot tell: {e:#}");
+            Ok(ExitCode::from(2))
+        }),
     };
     match result {
         Ok(code) => code,

@@ -37,11 +37,17 @@ pub fn listener(o: &EnvoyConfigOptions, forwards_identity: bool) -> Value {
         // A slow reader or fast writer is pushed back, not buffered (edge.rs).
         "per_connection_buffer_limit_bytes": super::edge::CONNECTION_BUFFER_BYTES,
     });
-    if o.proxy_protocol {
+    if !o.proxy_protocol_from.is_empty() {
         // The client's address from the load balancer in front (first,
         // before TLS): what the access log shows and what the hold bounds
         // per client. Required on every connection — one that could leave
-        // it out could also send one naming any address it likes.
+        // it out could also send one naming any address it likes — and
+        // taken only from the balancers: the one filter chain matches their
+        // addresses (the direct peer's, not the header's), so a connection
+        // from anyone else finds no chain and is closed.
+        listener["filter_chains"][0]["filter_chain_match"] = json!({
+            "direct_source_prefix_ranges": o.proxy_protocol_from.iter().map(|n| json!({"address_prefix": n.network().to_string(), "prefix_len": n.prefix_len()})).collect::<Vec<_>>(),
+        });
         listener["listener_filters"] = json!([{
             "name": "envoy.filters.listener.proxy_protocol",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol"},

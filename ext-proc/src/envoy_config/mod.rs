@@ -60,8 +60,9 @@ pub struct EnvoyConfigOptions {
     pub hold_max_per_client: u32,
     /// What one worker's held requests may buffer of their bodies in all.
     pub hold_max_body_bytes: u64,
-    /// The listener takes the PROXY protocol ([`listener`]).
-    pub proxy_protocol: bool,
+    /// The listener takes the PROXY protocol from peers in these ranges
+    /// only ([`listener`]); empty: no PROXY protocol.
+    pub proxy_protocol_from: Vec<ipnet::IpNet>,
     /// Longest Envoy waits for mvp-ext-proc per `/apis` phase before serving
     /// the apiserver's own document.
     pub ext_proc_message_timeout: Duration,

@@ -15,7 +15,7 @@ fn opts(apiservers: &[&str]) -> EnvoyConfigOptions {
         hold_max_per_worker: mvp_contract::limits::DEFAULT_MAX_HELD,
         hold_max_per_client: mvp_contract::limits::DEFAULT_MAX_HELD_PER_CLIENT,
         hold_max_body_bytes: mvp_contract::limits::DEFAULT_MAX_HELD_BODY_BYTES,
-        proxy_protocol: false,
+        proxy_protocol_from: vec![],
         ext_proc_message_timeout: Duration::from_secs(1),
         front_tls: None,
         peer_tls: None,
@@ -236,10 +236,20 @@ fn nothing_after_the_routing_filter_pauses_a_request_before_its_host_is_picked()
 fn proxy_protocol_when_asked_and_the_container_limit_watched() {
     let plain = render(&opts(&[])).unwrap();
     assert!(plain["static_resources"]["listeners"][0].get("listener_filters").is_none());
-    let v = render(&EnvoyConfigOptions { proxy_protocol: true, ..opts(&[]) }).unwrap();
+    assert!(plain["static_resources"]["listeners"][0]["filter_chains"][0].get("filter_chain_match").is_none());
+    let from = vec!["10.0.0.0/24".parse().unwrap(), "fd00::7/128".parse().unwrap()];
+    let v = render(&EnvoyConfigOptions { proxy_protocol_from: from, ..opts(&[]) }).unwrap();
     let filters = v["static_resources"]["listeners"][0]["listener_filters"].as_array().unwrap();
     assert_eq!(filters[0]["name"], "envoy.filters.listener.proxy_protocol");
     assert!(filters[0]["typed_config"].get("allow_requests_without_proxy_protocol").is_none(), "required on every connection");
+    // From the balancers alone: the only filter chain matches their
+    // addresses, anyone else's connection finds none.
+    let chains = v["static_resources"]["listeners"][0]["filter_chains"].as_array().unwrap();
+    assert_eq!(chains.len(), 1);
+    assert_eq!(
+        chains[0]["filter_chain_match"]["direct_source_prefix_ranges"],
+        serde_json::json!([{"address_prefix": "10.0.0.0", "prefix_len": 24}, {"address_prefix": "fd00::7", "prefix_len": 128}])
+    );
     let monitors: Vec<&str> = plain["overload_manager"]["resource_monitors"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
     assert!(monitors.contains(&"envoy.resource_monitors.cgroup_memory") && monitors.contains(&"envoy.resource_monitors.fixed_heap"), "{monitors:?}");
     for action in plain["overload_manager"]["actions"].as_array().unwrap() {

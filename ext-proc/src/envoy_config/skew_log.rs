@@ -1,12 +1,11 @@
 //! The skew access log: Envoy's gRPC access log service, to mvp-ext-proc over
 //! the control channel, for the requests the filter marked as asking for a
 //! skewed API (`mvp_contract::envoy::SKEW_PROPERTY`) — and no other: its
-//! filter is one metadata (native) or header (wasm) lookup per request, so a
+//! filter is one metadata (native) or filter-state (wasm) lookup per request, so a
 //! request every apiserver serves costs no log entry. mvp-ext-proc counts the
 //! entries per API and client (`crate::usage`).
 
 use mvp_contract::envoy::{EXT_PROC_AUTHORITY, EXT_PROC_CLUSTER, SKEW_FILTER_STATE, SKEW_LOG_NAME, SKEW_METADATA_KEY, SKEW_METADATA_NAMESPACE};
-use mvp_contract::headers::ROUTE;
 use serde_json::{Value, json};
 
 use super::{EnvoyConfigOptions, FilterBuild};
@@ -16,18 +15,25 @@ const FLUSH_INTERVAL: &str = "1s";
 /// Entries buffered past this are sent at once.
 const BUFFER_BYTES: u32 = 16 << 10;
 
-/// Which requests are logged: the native build marks them with dynamic
-/// metadata; the wasm build cannot (proxy-wasm sets none), so its log takes
-/// every request it pinned (its route header) and mvp-ext-proc keeps those
-/// with the record (a request pinned only because a member is closed has
-/// none).
+/// Which requests are logged — those with the record and no other, so no
+/// other request's token leaves Envoy: the native build marks them with
+/// dynamic metadata; the wasm build cannot (proxy-wasm sets none), so its
+/// log asks, in CEL, whether the record's filter state is there. (Before:
+/// every request it pinned, by its route header — while any member was
+/// closed that was every request, each with its token.)
 fn selection(o: &EnvoyConfigOptions) -> Value {
     match o.filter {
         FilterBuild::Native(_) => json!({"metadata_filter": {
             "matcher": {"filter": SKEW_METADATA_NAMESPACE, "path": [{"key": SKEW_METADATA_KEY}], "value": {"present_match": true}},
             "match_if_key_not_found": false,
         }}),
-        FilterBuild::Wasm(_) => json!({"header_filter": {"header": {"name": ROUTE, "present_match": true}}}),
+        FilterBuild::Wasm(_) => json!({"extension_filter": {
+            "name": "envoy.access_loggers.extension_filters.cel",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                "expression": format!("'{SKEW_FILTER_STATE}' in filter_state"),
+            },
+        }}),
     }
 }
 

@@ -27,7 +27,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus, UserInfo};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
@@ -129,7 +129,21 @@ pub async fn review_token(client: kube::Client, token: &str) -> Result<Option<Us
         Ok(Err(e)) => return Err(format!("the token could not be reviewed: {e}")),
         Err(_) => return Err("the token review timed out".into()),
     };
-    Ok(status.user.filter(|_| status.authenticated == Some(true)))
+    user_of(status)
+}
+
+/// A TokenReview's answer as kube's webhook authenticator reads it: the
+/// user when authenticated; otherwise a rejection, unless the status
+/// carries an error — then the cluster could not tell (an authenticator
+/// behind it failed), which is no verdict on the token.
+fn user_of(status: TokenReviewStatus) -> Result<Option<UserInfo>, String> {
+    if status.authenticated == Some(true) {
+        return Ok(status.user);
+    }
+    match status.error.filter(|e| !e.is_empty()) {
+        Some(e) => Err(format!("the cluster could not review the token: {e}")),
+        None => Ok(None),
+    }
 }
 
 /// The SubjectAccessReview for `user` getting `path`: exactly the user the
@@ -150,10 +164,7 @@ pub fn access_review(user: &UserInfo, path: &str) -> SubjectAccessReview {
 
 /// The bearer token of `Authorization: Bearer <token>`, if any.
 fn bearer(req: &Request) -> Option<&str> {
-    let value = req.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    crate::bearer_token::bearer_token(req.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?)
 }
 
 fn status(code: StatusCode, reason: &str, message: &str) -> Response {
@@ -196,6 +207,20 @@ pub async fn guard(State(d): State<Arc<Delegated>>, req: Request, next: Next) ->
 mod tests {
     use super::*;
 
+    /// A review that errored is no verdict on the token (issue 64 item 1):
+    /// the skew log then counts the client under its claim, unverified,
+    /// instead of as a rejected token that would lose nothing.
+    #[test]
+    fn a_review_that_errored_is_not_a_rejection() {
+        let user = UserInfo { username: Some("system:serviceaccount:ns:sa".into()), ..Default::default() };
+        let status = |authenticated: Option<bool>, error: Option<&str>, user: Option<UserInfo>| TokenReviewStatus { authenticated, error: error.map(str::to_string), user, ..Default::default() };
+        assert_eq!(user_of(status(Some(true), None, Some(user.clone()))), Ok(Some(user.clone())));
+        assert_eq!(user_of(status(Some(false), None, None)), Ok(None));
+        assert_eq!(user_of(status(None, Some(""), None)), Ok(None));
+        let failed = user_of(status(Some(false), Some("webhook: connection refused"), None));
+        assert!(failed.as_ref().is_err_and(|e| e.contains("connection refused")), "{failed:?}");
+    }
+
     #[test]
     fn the_access_review_is_the_reviewed_user_getting_the_path() {
         let user = UserInfo {
@@ -221,7 +246,7 @@ mod tests {
             }
             b.body(axum::body::Body::empty()).unwrap()
         };
-        for (header, want) in [(Some("Bearer abc"), Some("abc")), (Some("bearer  abc "), Some("abc")), (Some("Basic abc"), None), (Some("Bearer "), None), (None, None)] {
+        for (header, want) in [(Some("Bearer abc"), Some("abc")), (Some("bearer abc "), Some("abc")), (Some("bearer  abc"), None), (Some("Basic abc"), None), (Some("Bearer "), None), (None, None)] {
             let r = req(header);
             assert_eq!(bearer(&r), want, "{header:?}");
         }

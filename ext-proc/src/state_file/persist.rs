@@ -129,7 +129,9 @@ impl Persisted {
 }
 
 /// Replaces `path` with `bytes` so that a crash or power loss leaves the
-/// old file or the new one, never a torn one.
+/// old file or the new one, never a torn one. Readable by its owner only
+/// (0600, whatever the umask): the skew log's counts name every client
+/// identity and user agent of the cluster.
 pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     // A temporary name of this write's own: two processes (old and new
     // during a rollout) or two writes never share one, so neither can
@@ -141,7 +143,8 @@ pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_file_name(name);
     // The data reaches the disk before the rename makes it the file.
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -173,6 +176,9 @@ mod tests {
         p.save([("kas-b", "https://127.0.0.1:6443/", &view, None)]).unwrap();
         let loaded = p.load().unwrap();
         assert_eq!(loaded.get(&("kas-b".to_string(), "https://127.0.0.1:6443/".to_string())).map(|s| &s.view), Some(&view));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("state.json")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the owner's alone: {mode:o}");
         std::fs::write(dir.path().join("state.json"), "{").unwrap();
         assert!(p.load().unwrap_err().contains("not a state file"));
         assert_eq!(std::fs::read(dir.path().join("state.json.unusable")).unwrap(), b"{", "kept aside, not left to be overwritten");

@@ -17,19 +17,21 @@ use mvp_contract::envoy::{SKEW_FILTER_STATE, SKEW_METADATA_KEY, SKEW_METADATA_NA
 use prost::Message;
 
 use super::verify::{Bearer, Verifier};
+use crate::stopping::Stopping;
 use super::{Use, Who};
 
 pub struct SkewLog {
     verifier: Arc<Verifier>,
     username_header: String,
     group_header: String,
+    stopping: Stopping,
 }
 
 impl SkewLog {
     /// `username_header`, `group_header`: the requestheader names the
     /// front door forwards identity under (the log's request headers).
-    pub fn server(verifier: Arc<Verifier>, username_header: &str, group_header: &str) -> AccessLogServiceServer<SkewLog> {
-        AccessLogServiceServer::new(SkewLog { verifier, username_header: username_header.to_ascii_lowercase(), group_header: group_header.to_ascii_lowercase() })
+    pub fn server(verifier: Arc<Verifier>, username_header: &str, group_header: &str, stopping: Stopping) -> AccessLogServiceServer<SkewLog> {
+        AccessLogServiceServer::new(SkewLog { verifier, username_header: username_header.to_ascii_lowercase(), group_header: group_header.to_ascii_lowercase(), stopping })
     }
 }
 
@@ -37,7 +39,18 @@ impl SkewLog {
 impl AccessLogService for SkewLog {
     async fn stream_access_logs(&self, request: tonic::Request<tonic::Streaming<StreamAccessLogsMessage>>) -> Result<tonic::Response<StreamAccessLogsResponse>, tonic::Status> {
         let mut stream = request.into_inner();
-        while let Some(message) = stream.message().await? {
+        // Envoy's log stream never ends on its own: at the stop it ends
+        // here, as the ADS streams do (`crate::stopping`) — Envoy opens a
+        // new one, to another replica or the restarted process, for its
+        // next entries — instead of holding the drain to its limit.
+        let stopped = self.stopping.clone().stopped();
+        tokio::pin!(stopped);
+        loop {
+            let message = tokio::select! {
+                m = stream.message() => m?,
+                () = &mut stopped => return Err(tonic::Status::unavailable("mvp-ext-proc is stopping")),
+            };
+            let Some(message) = message else { break };
             let Some(LogEntries::HttpLogs(entries)) = message.log_entries else { continue };
             for entry in &entries.log_entry {
                 if let Some(u) = use_of(entry, &self.username_header, &self.group_header) {
@@ -93,10 +106,21 @@ fn ip_port(a: &Option<Address>) -> Option<String> {
     }
 }
 
+/// The answer of a request whose credentials the cluster refused: 401 (no
+/// identity it accepts). Not a use of the API — that client loses nothing
+/// when the API goes — and anyone can send such requests, with any token
+/// and any subject in it: counted, they would fill the counts' bounds and
+/// name whom they like. (A 403 is counted: an identity the cluster
+/// accepted, whose RBAC the API's going would not fix.)
+const REFUSED: u32 = 401;
+
 /// One entry as a [`Use`]; `None` for an entry without the record (the
 /// wasm build's log also takes requests pinned only because a member is
-/// closed).
+/// closed) and for a request whose credentials were refused ([`REFUSED`]).
 pub fn use_of(entry: &HttpAccessLogEntry, username_header: &str, group_header: &str) -> Option<Use> {
+    if entry.response.as_ref().and_then(|r| r.response_code).is_some_and(|c| c.value == REFUSED) {
+        return None;
+    }
     let record = record(entry)?;
     let (api, subject) = record.split_once('\t').unwrap_or((record.as_str(), ""));
     if api.is_empty() {
@@ -130,8 +154,8 @@ pub fn use_of(entry: &HttpAccessLogEntry, username_header: &str, group_header: &
 mod tests {
     use super::*;
     use envoy_types::pb::envoy::config::core::v3::{Metadata, SocketAddress};
-    use envoy_types::pb::envoy::data::accesslog::v3::{AccessLogCommon, HttpRequestProperties};
-    use envoy_types::pb::google::protobuf::{Any, Struct, Value};
+    use envoy_types::pb::envoy::data::accesslog::v3::{AccessLogCommon, HttpRequestProperties, HttpResponseProperties};
+    use envoy_types::pb::google::protobuf::{Any, Struct, UInt32Value, Value};
 
     fn addr(ip: &str, port: u32) -> Option<Address> {
         Some(Address { address: Some(address::Address::SocketAddress(SocketAddress { address: ip.into(), port_specifier: Some(socket_address::PortSpecifier::PortValue(port)), ..Default::default() })) })
@@ -168,6 +192,15 @@ mod tests {
         // The token, for its review.
         let token = use_of(&entry(Some("batch/v1/jobs\t"), None, &[("authorization", "Bearer abc")]), "x-remote-user", "x-remote-group").unwrap();
         assert_eq!(token.token, Bearer::from_header("Bearer abc"));
+        // Credentials refused: not a use (anyone can send those).
+        let mut refused = entry(Some("batch/v1/jobs\tsystem:serviceaccount:kube-system:x"), None, &[]);
+        refused.response = Some(HttpResponseProperties { response_code: Some(UInt32Value { value: 401 }), ..Default::default() });
+        assert_eq!(use_of(&refused, "x-remote-user", "x-remote-group"), None);
+        let mut served = entry(Some("batch/v1/jobs\t"), None, &[]);
+        for code in [200, 403, 404, 503] {
+            served.response = Some(HttpResponseProperties { response_code: Some(UInt32Value { value: code }), ..Default::default() });
+            assert!(use_of(&served, "x-remote-user", "x-remote-group").is_some(), "{code}");
+        }
         // No record (the wasm log's pinned-but-not-skewed request): skipped.
         assert_eq!(use_of(&entry(None, None, &[]), "x-remote-user", "x-remote-group"), None);
         assert_eq!(use_of(&entry(Some("\tx"), None, &[]), "x-remote-user", "x-remote-group"), None);

@@ -230,14 +230,17 @@ fn cut_who(who: Who) -> Who {
 }
 
 impl Usage {
-    /// Counts one request; `false` when its API did not fit.
-    pub fn record(&self, u: Use) -> bool {
+    /// Counts one request: the API's name as counted (cut to its bound:
+    /// what `mvp_skewed_api_requests` is labelled with, so its series are
+    /// bounded as these counts are), `None` when the API did not fit.
+    pub fn record(&self, u: Use) -> Option<String> {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let name = cut(u.api);
         if !inner.apis.contains_key(&name) && inner.apis.len() >= MAX_APIS {
             inner.dropped += 1;
-            return false;
+            return None;
         }
+        let counted = name.clone();
         inner.generation += 1;
         let who = cut_who(u.who);
         let user_agent = cut(u.user_agent);
@@ -268,7 +271,7 @@ impl Usage {
                 c.answered_by.push(cut(a));
             }
         }
-        true
+        Some(counted)
     }
 
     /// Counts restored from `saved`, held to this build's bounds.

@@ -11,7 +11,7 @@
 //! Bounded whatever clients send: at most [`MAX_IN_FLIGHT`] reviews at a
 //! time (a flood of made-up tokens costs the cluster no more), at most
 //! [`MAX_WAITING`] entries waiting on each, at most [`MAX_CACHED`] answers
-//! (past it the cache starts over), keyed by the token's SHA-256 — the
+//! (past it the least recently used goes), keyed by the token's SHA-256 — the
 //! token itself is held only while its review runs, never logged or saved.
 
 use std::collections::HashMap;
@@ -42,9 +42,7 @@ pub struct Bearer(String);
 impl Bearer {
     /// The token of an `Authorization: Bearer <token>` header value.
     pub fn from_header(value: &str) -> Option<Bearer> {
-        let (scheme, token) = value.split_once(' ')?;
-        let token = token.trim();
-        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| Bearer(token.to_string()))
+        crate::bearer_token::bearer_token(value).map(|t| Bearer(t.to_string()))
     }
 
     fn digest(&self) -> [u8; 32] {
@@ -87,9 +85,50 @@ impl Reviewer for KubeReviewer {
     }
 }
 
+/// The cluster's answers by token digest, at most [`MAX_CACHED`]: past it
+/// the expired go, then the least recently used — so a flood of junk
+/// tokens evicts junk, not the answers real clients keep asking for
+/// (clearing the whole cache would make every real client's token be
+/// reviewed again, the cluster paying for the flood).
+#[derive(Default)]
+struct Answers {
+    by_token: HashMap<[u8; 32], Cached>,
+    clock: u64,
+}
+
+struct Cached {
+    review: Review,
+    at: Instant,
+    used: u64,
+}
+
+impl Answers {
+    /// A fresh answer, marked used.
+    fn get(&mut self, key: &[u8; 32]) -> Option<Review> {
+        self.clock += 1;
+        let c = self.by_token.get_mut(key).filter(|c| c.at.elapsed() < CACHE_TTL)?;
+        c.used = self.clock;
+        Some(c.review.clone())
+    }
+
+    fn insert(&mut self, key: [u8; 32], review: Review) {
+        self.clock += 1;
+        if self.by_token.len() >= MAX_CACHED && !self.by_token.contains_key(&key) {
+            self.by_token.retain(|_, c| c.at.elapsed() < CACHE_TTL);
+        }
+        if self.by_token.len() >= MAX_CACHED
+            && !self.by_token.contains_key(&key)
+            && let Some(oldest) = self.by_token.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| *k)
+        {
+            self.by_token.remove(&oldest);
+        }
+        self.by_token.insert(key, Cached { review, at: Instant::now(), used: self.clock });
+    }
+}
+
 #[derive(Default)]
 struct State {
-    answers: HashMap<[u8; 32], (Review, Instant)>,
+    answers: Answers,
     /// Entries waiting on a review running now.
     waiting: HashMap<[u8; 32], Vec<Use>>,
 }
@@ -122,8 +161,7 @@ impl Verifier {
     }
 
     fn record(&self, u: Use) {
-        let api = u.api.clone();
-        if self.usage.record(u) {
+        if let Some(api) = self.usage.record(u) {
             self.metrics.skewed_request(&api);
         }
     }
@@ -140,10 +178,8 @@ impl Verifier {
         }
         let key = token.digest();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((review, at)) = state.answers.get(&key)
-            && at.elapsed() < CACHE_TTL
-        {
-            u.who = reviewed(review, u.who);
+        if let Some(review) = state.answers.get(&key) {
+            u.who = reviewed(&review, u.who);
             drop(state);
             return self.record(u);
         }
@@ -171,12 +207,7 @@ impl Verifier {
             let mut state = this.state.lock().unwrap_or_else(PoisonError::into_inner);
             let waiting = state.waiting.remove(&key).unwrap_or_default();
             match &answer {
-                Ok(review) => {
-                    if state.answers.len() >= MAX_CACHED {
-                        state.answers.clear();
-                    }
-                    state.answers.insert(key, (review.clone(), Instant::now()));
-                }
+                Ok(review) => state.answers.insert(key, review.clone()),
                 Err(why) => tracing::debug!(%why, "a skewed resource's client's token could not be reviewed: counted under its claim"),
             }
             drop(state);
@@ -303,6 +334,26 @@ mod tests {
         assert_eq!(reviews.load(Ordering::SeqCst), MAX_IN_FLIGHT + 1);
     }
 
+    /// Past the cache's bound a flood of junk tokens evicts junk: the
+    /// answer a real client keeps using stays (issue 64 item 9).
+    #[test]
+    fn a_flood_of_tokens_evicts_the_least_recently_used_answer() {
+        let mut a = Answers::default();
+        let key = |i: usize| Bearer(format!("t-{i}")).digest();
+        let real = Bearer("real".into()).digest();
+        a.insert(real, Review::User { user: "system:serviceaccount:ns:real".into(), groups: vec![] });
+        for i in 0..3 * MAX_CACHED {
+            a.insert(key(i), Review::Rejected);
+            if i % 100 == 0 {
+                assert!(a.get(&real).is_some(), "evicted after {i} junk tokens");
+            }
+        }
+        assert!(a.by_token.len() <= MAX_CACHED);
+        assert!(a.get(&real).is_some());
+        assert!(a.get(&key(0)).is_none(), "the oldest junk went");
+        assert!(a.get(&key(3 * MAX_CACHED - 1)).is_some());
+    }
+
     /// No cluster to ask: the claim as the filter read it.
     #[tokio::test]
     async fn without_a_cluster_the_claim_is_counted_unverified() {
@@ -312,11 +363,31 @@ mod tests {
         assert_eq!(clients(&usage), [("ci (token claim, unverified)".to_string(), 1)]);
     }
 
+    /// `mvp_skewed_api_requests` has a series per API as counted: labels
+    /// that share their first bytes up to the cut are one API, one series;
+    /// a flood of new APIs stops where the counts stop.
+    #[test]
+    fn the_metrics_series_are_bounded_as_the_counts_are() {
+        let usage = Arc::new(Usage::default());
+        let metrics = Metrics::new();
+        let v = Verifier::new(usage.clone(), metrics.clone(), None);
+        let series = || metrics.encode().lines().filter(|l| l.starts_with("mvp_skewed_api_requests_total{")).count();
+        let long = "g.example/v1/".to_string() + &"r".repeat(crate::usage::MAX_TEXT);
+        for tail in ["a", "b", "c"] {
+            v.count(Use { api: format!("{long}{tail}"), ..entry(None, Who::Unidentified) });
+        }
+        assert_eq!(series(), 1);
+        for i in 0..crate::usage::MAX_APIS + 100 {
+            v.count(Use { api: format!("g{i}.example/v1/r"), ..entry(None, Who::Unidentified) });
+        }
+        assert_eq!(series(), crate::usage::MAX_APIS);
+    }
+
     #[test]
     fn the_token_is_never_shown() {
         let b = Bearer::from_header("Bearer s3cret").unwrap();
         assert!(!format!("{b:?}").contains("s3cret"));
         assert_eq!(Bearer::from_header("Basic abc"), None);
-        assert_eq!(Bearer::from_header("bearer  t "), Some(Bearer("t".into())));
+        assert_eq!(Bearer::from_header("bearer t x"), Some(Bearer("t".into())), "as kube reads it");
     }
 }
