@@ -61,6 +61,10 @@ impl<'a> MemberApis<'a> {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
@@ -87,6 +91,10 @@ pub struct Report {
     pub usage_window: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub usage_since: Option<String>,
+    /// Requests for APIs past the counts' bound (`usage::MAX_APIS`), not
+    /// counted: their clients can be missing above.
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub usage_dropped: u64,
     /// The mvp-ext-proc replicas whose counts these are (`usage::replicas`).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub replicas: Vec<String>,
@@ -113,6 +121,7 @@ impl Report {
         self.clients_losing = Some(losing.len());
         self.usage_window = Some(humantime::format_duration(window).to_string());
         self.usage_since = Some(humantime::format_rfc3339_seconds(usage.since).to_string());
+        self.usage_dropped = usage.dropped();
         self
     }
 }
@@ -170,6 +179,7 @@ impl Report {
                 self.lost.iter().flat_map(|a| a.used_by.iter().flat_map(|u| &u.clients)).filter(|c| c.who.can_break()).map(|c| (c.who.clone(), c.user_agent.clone())).collect();
             self.clients_losing = Some(clients.len());
         }
+        self.usage_dropped += other.usage_dropped;
         self.usage_since = match (self.usage_since.take(), other.usage_since) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -356,6 +366,7 @@ pub fn report(members: &[MemberApis<'_>], scenario: &Scenario) -> Result<Report,
         replicas_unanswered: vec![],
         usage_window: None,
         usage_since: None,
+        usage_dropped: 0,
     })
 }
 

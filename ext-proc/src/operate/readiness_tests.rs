@@ -84,6 +84,8 @@ fn replicas_reports_merge() {
         report(&members, &Scenario::FinishUpgrade).unwrap().with_usage(&u, at, std::time::Duration::from_secs(60))
     };
     let merged = seen(2, "x").merge(seen(3, "x")).merge(seen(1, "y"));
+    assert_eq!(merged.usage_dropped, 0);
+    assert!(!render(&merged).contains("not counted"));
     let clients = &merged.lost[0].used_by.as_ref().unwrap().clients;
     assert_eq!(clients.iter().map(|c| (c.who.to_string(), c.count)).collect::<Vec<_>>(), [("x (token claim, unverified)".to_string(), 5), ("y (token claim, unverified)".into(), 1)]);
     assert_eq!((merged.clients_losing, merged.verdict), (Some(2), Verdict::Breaks));
@@ -100,6 +102,25 @@ fn replicas_reports_merge() {
     assert_eq!(count(&with(2, &["p"]).merge(with(5, &["q", "p"]))), 5, "the one that added the other's");
     let both = with(2, &["p"]).merge(with(3, &["q"]));
     assert_eq!((count(&both), both.replicas.clone()), (5, vec!["p".to_string(), "q".to_string()]));
+}
+
+/// Requests the counts' bound left out are said in the report itself:
+/// the clients listed can then be missing some.
+#[test]
+fn the_report_says_what_the_counts_left_out() {
+    use crate::usage::{MAX_APIS, Usage, Use, Who};
+    let (old, new) = fleet();
+    let members = [member("a", "v1.36.3", Some(&old)), member("c", "v1.37.2", Some(&new))];
+    let at = std::time::SystemTime::now();
+    let u = Usage::default();
+    for i in 0..MAX_APIS + 3 {
+        u.record(Use { api: format!("g{i}/v1/r"), who: Who::Unidentified, user_agent: "ua".into(), source: "10.0.0.1".into(), answered_by: None, at, token: None });
+    }
+    let r = report(&members, &Scenario::FinishUpgrade).unwrap().with_usage(&u, at, std::time::Duration::from_secs(60));
+    assert_eq!(r.usage_dropped, 3);
+    assert_eq!(serde_json::to_value(&r).unwrap()["usageDropped"], 3);
+    assert!(render(&r).contains("not counted: 3 request(s) for APIs past the counts' bound of 4096 APIs"), "{}", render(&r));
+    assert_eq!(r.clone().merge(r).usage_dropped, 6, "replicas' drops add up");
 }
 
 /// Another replica's counts added: clients both saw summed, the earliest

@@ -58,6 +58,9 @@ pub fn render(r: &Report) -> String {
     if let (Some(n), Some(window), Some(since)) = (r.clients_losing, &r.usage_window, &r.usage_since) {
         let _ = writeln!(out, "clients that used a lost API in the last {window} (counted since {since}): {n}");
     }
+    if r.usage_dropped > 0 {
+        let _ = writeln!(out, "not counted: {} request(s) for APIs past the counts' bound of {} APIs (their clients can be missing above)", r.usage_dropped, crate::usage::MAX_APIS);
+    }
     if r.replicas.len() > 1 {
         let _ = writeln!(out, "counted by the replicas: {}", r.replicas.join(", "));
     }

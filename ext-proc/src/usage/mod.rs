@@ -10,7 +10,9 @@
 //! `readiness` names them for the APIs members leaving would take away.
 //!
 //! Bounded whatever clients send: at most [`MAX_APIS`] APIs (only the
-//! table's skewed resources can be marked), [`MAX_CLIENTS`] clients per API
+//! table's skewed resources can be marked, by the table's names; one idle
+//! for [`IDLE_AFTER`] makes room for a new one, and what did not fit is
+//! said in the readiness report), [`MAX_CLIENTS`] clients per API
 //! (the most frequent kept: a newcomer takes the place of the least used,
 //! whose count goes to `others`), strings cut to [`MAX_TEXT`] bytes,
 //! [`MAX_GROUPS`] groups: an entry is at most ~3 KiB, and only resources the
@@ -29,6 +31,10 @@ use serde::{Deserialize, Serialize};
 
 /// APIs counted at most (more are dropped and counted).
 pub const MAX_APIS: usize = 4096;
+/// An API nobody asked for in this long makes room for a new one once the
+/// counts are full (a week: its clients left every 24 h report long ago;
+/// counts restored from a file age out the same way).
+pub const IDLE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Clients kept per API.
 pub const MAX_CLIENTS: usize = 32;
 /// Longest identity, user agent or address kept.
@@ -237,8 +243,23 @@ impl Usage {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let name = cut(u.api);
         if !inner.apis.contains_key(&name) && inner.apis.len() >= MAX_APIS {
-            inner.dropped += 1;
-            return None;
+            let last_use = |a: &ApiUse| a.clients.iter().map(|c| c.last_seen).max().unwrap_or(SystemTime::UNIX_EPOCH);
+            let idle = inner
+                .apis
+                .iter()
+                .map(|(k, a)| (k, last_use(a)))
+                .min_by_key(|(_, last)| *last)
+                .filter(|(_, last)| u.at.duration_since(*last).is_ok_and(|d| d >= IDLE_AFTER))
+                .map(|(k, _)| k.clone());
+            match idle {
+                Some(k) => {
+                    inner.apis.remove(&k);
+                }
+                None => {
+                    inner.dropped += 1;
+                    return None;
+                }
+            }
         }
         let counted = name.clone();
         inner.generation += 1;

@@ -45,3 +45,22 @@ fn a_flood_of_distinct_clients_stays_bounded() {
     assert!(u.entries() <= MAX_APIS * MAX_CLIENTS);
     assert_eq!(u.dropped(), 10_000 - (MAX_APIS as u64 - 1));
 }
+
+/// Full counts make room for a new API only by one idle for a week: a
+/// burst cannot push out what is in use, and what nobody asks for ages out
+/// (restored counts too).
+#[test]
+fn an_idle_api_makes_room_a_used_one_does_not() {
+    let u = Usage::default();
+    for i in 0..MAX_APIS {
+        u.record(use_of(&format!("g{i}/v1/r"), Who::Unidentified, "ua", 1_000));
+    }
+    u.record(use_of("g0/v1/r", Who::Unidentified, "ua", 1_000 + IDLE_AFTER.as_secs()));
+    assert!(u.record(use_of("late/v1/r", Who::Unidentified, "ua", 1_000 + IDLE_AFTER.as_secs() - 1)).is_none(), "nothing idle long enough yet");
+    assert_eq!(u.dropped(), 1);
+    assert_eq!(u.record(use_of("new/v1/r", Who::Unidentified, "ua", 1_000 + IDLE_AFTER.as_secs())).as_deref(), Some("new/v1/r"));
+    assert_eq!(u.apis(), MAX_APIS);
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + IDLE_AFTER.as_secs());
+    assert!(u.of("g0/v1/r", at, IDLE_AFTER).is_some(), "the one in use stays");
+    assert_eq!(u.dropped(), 1);
+}
