@@ -15,7 +15,7 @@
 //! client together) runs far below 5,000 QPS.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -93,13 +93,14 @@ pub async fn run(plan: &Plan) -> Result<AddedLatency> {
         for cell in round_order(cells, round) {
             let (d, p) = (cell / PATHS.len(), cell % PATHS.len());
             let (Some(client), Some(base), Some((_, path))) = (clients.get(d), bases.get(d), PATHS.get(p)) else { continue };
-            let (window, answers) = fixed_rate(client, &format!("{base}{path}"), plan.rate, plan.window).await;
+            let url = format!("{base}{path}");
+            let (window, answers) = super::load::open_loop(plan.rate, plan.window, |_| Some(client.get(&url))).await;
             if let Some(s) = samples.get_mut(cell) {
                 s.push(window);
             }
             if let Some(s) = statuses.get_mut(cell) {
-                for a in answers {
-                    *s.entry(a).or_default() += 1;
+                for (a, n) in answers {
+                    *s.entry(a).or_default() += n as usize;
                 }
             }
         }
@@ -135,43 +136,6 @@ pub async fn run(plan: &Plan) -> Result<AddedLatency> {
         }
     }
     Ok(out)
-}
-
-/// `rate` requests per second to `url` for `window`, each leaving at its
-/// scheduled time on its own task (the client's one HTTP/2 connection
-/// carries them side by side); every request's latency (ms) from its
-/// scheduled time, and its status (0: no answer).
-async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, window: Duration) -> (Vec<f64>, Vec<u16>) {
-    let every = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
-    let n = (window.as_secs_f64() * f64::from(rate)).round() as usize;
-    let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(n);
-    for i in 0..n {
-        let due = start + every * i as u32;
-        tokio::time::sleep_until(due).await;
-        let (client, url) = (client.clone(), url.to_string());
-        let due: Instant = due.into_std();
-        tasks.push(tokio::spawn(async move {
-            let status = match client.get(url).send().await {
-                Ok(r) => {
-                    let s = r.status().as_u16();
-                    // The whole body: a LIST's latency is its last byte's.
-                    if r.bytes().await.is_err() { 0 } else { s }
-                }
-                Err(_) => 0,
-            };
-            (due.elapsed().as_secs_f64() * 1000.0, status)
-        }));
-    }
-    let mut latencies = Vec::with_capacity(n);
-    let mut statuses = Vec::with_capacity(n);
-    for t in tasks {
-        if let Ok((ms, status)) = t.await {
-            latencies.push(ms);
-            statuses.push(status);
-        }
-    }
-    (latencies, statuses)
 }
 
 /// The part's table.

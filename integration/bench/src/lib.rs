@@ -17,6 +17,10 @@
 
 pub mod api_set;
 mod backend;
+mod cluster_figures;
+pub mod cluster_load;
+mod cluster_mix;
+pub mod cluster_report;
 pub mod config_edits;
 pub mod discovery;
 mod instructions;
@@ -102,6 +106,9 @@ pub struct Results {
     pub kube_mvp: Option<kube_mvp::KubeMvp>,
     /// What the door adds over a real kube-apiserver directly ([`latency`]).
     pub added_latency: Option<latency::AddedLatency>,
+    /// Many clients' kube-like mix on real apiservers, doors side by side
+    /// ([`cluster_load`]).
+    pub cluster: Option<cluster_load::ClusterLoad>,
     pub targets: Vec<(String, bool, String)>,
 }
 
@@ -316,6 +323,16 @@ pub async fn run(settings: Settings) -> Result<Results> {
         Some(plan) => Some(latency::run(plan).await.context("the latency part")?),
         None => None,
     };
+    let cluster = match &settings.cluster {
+        Some(plan) => {
+            let c = cluster_load::run(plan).await.context("the cluster part")?;
+            for p in &c.problems {
+                eprintln!("the cluster part: {p}");
+            }
+            Some(c)
+        }
+        None => None,
+    };
 
     let (mut apis, mut crd_heavy_out) = (None, CrdHeavy::default());
     if settings.discovery {
@@ -363,6 +380,7 @@ pub async fn run(settings: Settings) -> Result<Results> {
         scale,
         kube_mvp,
         added_latency,
+        cluster,
         targets: vec![],
     };
     results.variants.sort_by_key(|v| v.number);

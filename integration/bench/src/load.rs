@@ -156,6 +156,44 @@ fn h2load_ok(cmd: &mut Command, url: &str) -> Result<String> {
     Ok(text)
 }
 
+/// Open loop: `rate` requests per second for `window`, the i-th built by
+/// `request(i)` (`None` ends the run) and sent at its scheduled time on its
+/// own task whatever the answers do, so a slow answer delays none behind
+/// it. Every request's latency (ms) from its scheduled time to its whole
+/// body (a LIST's latency is its last byte's), and answers by status (0:
+/// none).
+pub async fn open_loop(rate: u32, window: Duration, request: impl Fn(usize) -> Option<reqwest::RequestBuilder>) -> (Vec<f64>, BTreeMap<u16, u64>) {
+    let every = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let n = (window.as_secs_f64() * f64::from(rate)).round() as usize;
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let Some(r) = request(i) else { break };
+        let due = start + every * i as u32;
+        tokio::time::sleep_until(due).await;
+        let due: std::time::Instant = due.into_std();
+        tasks.push(tokio::spawn(async move {
+            let status = match r.timeout(Duration::from_secs(10)).send().await {
+                Ok(r) => {
+                    let s = r.status().as_u16();
+                    if r.bytes().await.is_err() { 0 } else { s }
+                }
+                Err(_) => 0,
+            };
+            (due.elapsed().as_secs_f64() * 1000.0, status)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(n);
+    let mut statuses = BTreeMap::new();
+    for t in tasks {
+        if let Ok((ms, status)) = t.await {
+            latencies.push(ms);
+            *statuses.entry(status).or_default() += 1;
+        }
+    }
+    (latencies, statuses)
+}
+
 /// Exactly `requests` requests, one at a time on one HTTP/1.1 connection.
 pub fn sequential(url: &str, requests: u64) -> Result<()> {
     h2load_ok(Command::new("taskset").args(["-c", "1", "h2load", "--h1", "-c", "1", "-n", &requests.to_string(), url]), url).map(drop)

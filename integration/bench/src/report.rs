@@ -151,6 +151,9 @@ pub fn finish(r: &mut Results) {
     if let Some(vm) = r.memory.get("wasm_vm_mib_per_worker_5000_gvr") {
         targets.push(("wasm VM ≤ 8 MiB per worker".into(), *vm > 0.0 && *vm <= 8.0, format!("{vm:.2} MiB")));
     }
+    if let Some(c) = &r.cluster {
+        targets.extend(super::cluster_report::targets(c));
+    }
     r.targets = targets;
 }
 
@@ -251,6 +254,9 @@ pub fn render_table(r: &Results) -> String {
     }
     if let Some(l) = &r.added_latency {
         out.push_str(&super::latency::render(l));
+    }
+    if let Some(c) = &r.cluster {
+        out.push_str(&super::cluster_report::render(c));
     }
     if let Some(k) = &r.kube_mvp {
         out.push_str(&super::kube_mvp::render(k));

@@ -17,6 +17,7 @@ pub fn sections(part: &str) -> &'static [&'static str] {
         "scale" => &["scale"],
         "kube-mvp" => &["kube_mvp"],
         "latency" => &["added_latency"],
+        "cluster" => &["cluster"],
         _ => &[],
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{instructions, kube_mvp, latency, scale, scale_counted, scale_real, scale_storm};
+use super::{cluster_load, instructions, kube_mvp, latency, scale, scale_counted, scale_real, scale_storm};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -47,6 +47,8 @@ pub struct Settings {
     pub kube_mvp: Option<kube_mvp::Plan>,
     /// What the door adds over a real kube-apiserver directly ([`latency`]).
     pub latency: Option<latency::Plan>,
+    /// Many clients' kube-like mix on real apiservers ([`cluster_load`]).
+    pub cluster: Option<cluster_load::Plan>,
 }
 
 impl Settings {
@@ -101,7 +103,47 @@ impl Settings {
             }),
             kube_mvp: Some(kube_mvp::Plan { requests: 200, rounds: 6 }),
             latency: Some(latency::Plan { rate: 200, window: Duration::from_secs(5), rounds: 8 }),
+            // 52 connections (40 HTTP/2 carrying two requests at a time,
+            // 12 HTTP/1.1), 10 watches.
+            cluster: Some(cluster_load::Plan {
+                h2_connections: 40,
+                h2_streams: 2,
+                h1_connections: 12,
+                watches: 10,
+                window: Duration::from_secs(10),
+                // Below and near where the machine saturates.
+                rates: vec![250, 1000],
+                rate_window: Duration::from_secs(10),
+                rounds: 6,
+                pairs: 20,
+                slice: Duration::from_secs(3),
+            }),
         }
+    }
+
+    /// Only `part` of the run (`bench --only`), while iterating on it:
+    /// `propagation` is the front-door part without its filter variants.
+    pub fn only(mut self, part: &str) -> Settings {
+        let keep = |p: &str| p == part;
+        self.front_door &= keep("front-door") || keep("propagation");
+        self.variants &= !keep("propagation");
+        self.discovery &= keep("discovery");
+        if !keep("instructions") {
+            self.count = None;
+        }
+        if !keep("scale") {
+            self.scale = None;
+        }
+        if !keep("kube-mvp") {
+            self.kube_mvp = None;
+        }
+        if !keep("latency") {
+            self.latency = None;
+        }
+        if !keep("cluster") {
+            self.cluster = None;
+        }
+        self
     }
 
     pub fn smoke() -> Settings {
@@ -149,6 +191,18 @@ impl Settings {
             }),
             kube_mvp: Some(kube_mvp::Plan { requests: 5, rounds: 1 }),
             latency: Some(latency::Plan { rate: 20, window: Duration::from_secs(1), rounds: 2 }),
+            cluster: Some(cluster_load::Plan {
+                h2_connections: 4,
+                h2_streams: 2,
+                h1_connections: 2,
+                watches: 2,
+                window: Duration::from_secs(1),
+                rates: vec![50],
+                rate_window: Duration::from_secs(1),
+                rounds: 1,
+                pairs: 1,
+                slice: Duration::from_secs(1),
+            }),
         }
     }
 }

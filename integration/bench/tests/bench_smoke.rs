@@ -162,7 +162,31 @@ fn every_variant_produces_numbers() {
         assert!(c["latency"]["p50_ms"].as_f64().unwrap() > 0.0, "{k}: {c}");
     }
     assert_eq!(added["added_ms"].as_object().map(|m| m.len()), Some(6), "{added}");
-    assert_eq!(r["targets"].as_array().unwrap().len(), 13);
+    // Under a real cluster's load: every door measured in both modes, its
+    // answers all 2xx (the plain door's wrong 404s for the skewed API
+    // apart), the ratios against the plain door and the added latency.
+    let cluster = &r["cluster"];
+    for door in ["direct", "plain-l7", "native", "wasm"] {
+        let s = &cluster["saturated"][door];
+        assert!(s["requests_per_s"]["median"].as_f64().unwrap() > 0.0, "{door}: {s}");
+        assert!(s["cpu_s_per_1000"]["median"].as_f64().unwrap() > 0.0, "{door}: {s}");
+        for kind in ["get", "create/update/patch/delete"] {
+            assert!(s["latency_by_kind"][kind]["p50_ms"].as_f64().unwrap() > 0.0, "{door} {kind}: {s}");
+        }
+        assert!(s["watch_events_per_s"]["median"].as_f64().unwrap() > 0.0, "{door}: {s}");
+        // Read from the apiservers' own metrics: a door's re-made watches
+        // are judged against them.
+        assert!(s["watchers_terminated_by_apiservers"].as_u64().is_some(), "{door}: {s}");
+        assert!(cluster["fixed_rate"][format!("50/s {door}")]["p99_ms"].as_f64().unwrap() > 0.0, "{door}: {cluster}");
+    }
+    for door in ["native", "wasm"] {
+        assert_eq!(cluster["saturated"][door]["skewed_404"], 0, "{door}: {cluster}");
+        assert!(cluster["ratios"][format!("{door}/plain-l7 requests/s")]["median"].as_f64().unwrap() > 0.0, "{cluster}");
+        assert_eq!(cluster["paired"][format!("{door}/plain-l7 requests/s")]["rounds"].as_array().map(Vec::len), Some(1), "{cluster}");
+    }
+    assert_eq!(cluster["added_ms"].as_object().map(|m| m.len()), Some(9), "{cluster}");
+    assert_eq!(cluster["problems"].as_array().map(Vec::len), Some(0), "{cluster}");
+    assert_eq!(r["targets"].as_array().unwrap().len(), 13 + 7, "{}", r["targets"]);
     // The printed table names every variant.
     let table = String::from_utf8_lossy(&run.stdout);
     for n in ["(1)", "(2)", "(3)", "(4)", "(5)", "(6)"] {

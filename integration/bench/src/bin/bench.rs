@@ -19,9 +19,11 @@ struct Args {
     /// `discovery` (the `/apis` cases), `instructions` (instructions per
     /// request under callgrind), `scale` (many nodes' watches through five
     /// doors), `kube-mvp` (kube's own MVP beside the front door, real
-    /// kube-apiservers) or `latency` (what the door adds over a real
-    /// kube-apiserver directly). BENCHMARKS.md holds full runs.
-    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions", "scale", "kube-mvp", "latency"])]
+    /// kube-apiservers), `latency` (what the door adds over a real
+    /// kube-apiserver directly) or `cluster` (many clients' kube-like mix
+    /// on real apiservers, doors side by side). BENCHMARKS.md holds full
+    /// runs.
+    #[arg(long, value_parser = ["front-door", "propagation", "discovery", "instructions", "scale", "kube-mvp", "latency", "cluster"])]
     only: Option<String>,
     /// The CRD-heavy case's request count (default: 10,000; smoke: 32).
     #[arg(long)]
@@ -56,15 +58,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut settings = if args.smoke { Settings::smoke() } else { Settings::full() };
-    match args.only.as_deref() {
-        Some("front-door") => (settings.discovery, settings.count, settings.scale, settings.kube_mvp, settings.latency) = (false, None, None, None, None),
-        Some("propagation") => (settings.discovery, settings.count, settings.variants, settings.scale, settings.kube_mvp, settings.latency) = (false, None, false, None, None, None),
-        Some("discovery") => (settings.front_door, settings.count, settings.scale, settings.kube_mvp, settings.latency) = (false, None, None, None, None),
-        Some("instructions") => (settings.front_door, settings.discovery, settings.scale, settings.kube_mvp, settings.latency) = (false, false, None, None, None),
-        Some("scale") => (settings.front_door, settings.discovery, settings.count, settings.kube_mvp, settings.latency) = (false, false, None, None, None),
-        Some("kube-mvp") => (settings.front_door, settings.discovery, settings.count, settings.scale, settings.latency) = (false, false, None, None, None),
-        Some("latency") => (settings.front_door, settings.discovery, settings.count, settings.scale, settings.kube_mvp) = (false, false, None, None, None),
-        _ => {}
+    if let Some(part) = args.only.as_deref() {
+        settings = settings.only(part);
     }
     if let Some(n) = args.crd_heavy_requests {
         settings.crd_heavy_requests = n;
