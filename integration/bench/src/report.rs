@@ -261,6 +261,59 @@ pub fn render_table(r: &Results) -> String {
     if let Some(k) = &r.kube_mvp {
         out.push_str(&super::kube_mvp::render(k));
     }
+    // A run of one part (`--only`) shows that part's tables, not the
+    // others' empty ones.
+    if !r.discovery.is_empty() || r.crd_heavy.requests > 0 {
+        render_apis(&mut out, r);
+    }
+    if !r.propagation_ms.is_empty() || !r.memory.is_empty() {
+        out.push_str("\n| other | value |\n|---|---|\n");
+        for (k, v) in &r.propagation_ms {
+            out.push_str(&format!("| propagation {k} | {v:.0}{} |\n", if k == "samples" { "" } else { " ms" }));
+        }
+        for (k, v) in &r.memory {
+            out.push_str(&format!("| {k} | {v:.2} |\n"));
+        }
+    }
+    out.push_str("\n| target | met | measured |\n|---|---|---|\n");
+    for (t, ok, m) in &r.targets {
+        out.push_str(&format!("| {t} | {} | {m} |\n", if *ok { "yes" } else { "NO" }));
+    }
+    out
+}
+
+/// The paired `/apis` client's table: each door over the same seconds, and
+/// what merging adds (over all windows, and the range over windows).
+fn paired_apis(out: &mut String, what: &str, doors: &BTreeMap<String, Latency>, added: &BTreeMap<String, Added>) {
+    if doors.is_empty() {
+        return;
+    }
+    out.push_str(&format!("\n| /apis {what}, paired client (every door in the same seconds) | p50 ms | p99 ms | requests |\n|---|---|---|---|\n"));
+    for (k, v) in doors {
+        out.push_str(&format!("| {k} | {:.3} | {:.3} | {} |\n", v.p50_ms, v.p99_ms, v.requests));
+    }
+    for (k, v) in added {
+        let w = &v.per_window_ms;
+        out.push_str(&format!("| {}: all windows (per window min–max) | {:+.3} ({:+.3}–{:+.3}) | | |\n", difference(k), v.pooled_ms, w.min, w.max));
+    }
+}
+
+/// A row label for a key of `discovery::differences`.
+fn difference(key: &str) -> String {
+    use super::discovery::{FLOOR, OVER_FLOOR, UNIX_MINUS_TCP};
+    if let Some(p) = key.strip_prefix(UNIX_MINUS_TCP) {
+        format!("Unix socket − TCP ({p})")
+    } else if let Some(p) = key.strip_prefix(FLOOR) {
+        format!("ext_proc floor: pass-through server − passthrough ({p})")
+    } else if let Some(p) = key.strip_prefix(OVER_FLOOR) {
+        format!("merging over that floor: merged − pass-through server ({p})")
+    } else {
+        format!("added by merging ({key})")
+    }
+}
+
+/// The `/apis` cases' tables (v1.37 and CRD-heavy, their rebuilds).
+fn render_apis(out: &mut String, r: &Results) {
     out.push_str("\n| /apis, three apiservers with the real v1.37 document | p50 ms | p99 ms |\n|---|---|---|\n");
     for (k, v) in &r.discovery {
         out.push_str(&format!("| {k} | {:.3} | {:.3} |\n", v.p50_ms, v.p99_ms));
@@ -268,9 +321,9 @@ pub fn render_table(r: &Results) -> String {
     for (k, v) in &r.discovery_added_ms {
         out.push_str(&format!("| {}, median of rounds (min–max) | {:+.3} ({:+.3}–{:+.3}) | |\n", difference(k), v.median, v.min, v.max));
     }
-    paired_apis(&mut out, "v1.37", &r.discovery_paired, &r.discovery_paired_added_ms);
+    paired_apis(out, "v1.37", &r.discovery_paired, &r.discovery_paired_added_ms);
     let c = &r.crd_heavy;
-    paired_apis(&mut out, "CRD-heavy", &c.paired, &c.paired_added_ms);
+    paired_apis(out, "CRD-heavy", &c.paired, &c.paired_added_ms);
     out.push_str(&format!(
         "\n| /apis, CRD-heavy ({} groups, {:.1} MB) beside v1.30 | value |\n|---|---|\n",
         c.groups,
@@ -318,47 +371,5 @@ pub fn render_table(r: &Results) -> String {
             b.isolated_build_ms.max,
             b.groups_encoded.median
         ));
-    }
-    out.push_str("\n| other | value |\n|---|---|\n");
-    for (k, v) in &r.propagation_ms {
-        out.push_str(&format!("| propagation {k} | {v:.0}{} |\n", if k == "samples" { "" } else { " ms" }));
-    }
-    for (k, v) in &r.memory {
-        out.push_str(&format!("| {k} | {v:.2} |\n"));
-    }
-    out.push_str("\n| target | met | measured |\n|---|---|---|\n");
-    for (t, ok, m) in &r.targets {
-        out.push_str(&format!("| {t} | {} | {m} |\n", if *ok { "yes" } else { "NO" }));
-    }
-    out
-}
-
-/// The paired `/apis` client's table: each door over the same seconds, and
-/// what merging adds (over all windows, and the range over windows).
-fn paired_apis(out: &mut String, what: &str, doors: &BTreeMap<String, Latency>, added: &BTreeMap<String, Added>) {
-    if doors.is_empty() {
-        return;
-    }
-    out.push_str(&format!("\n| /apis {what}, paired client (every door in the same seconds) | p50 ms | p99 ms | requests |\n|---|---|---|---|\n"));
-    for (k, v) in doors {
-        out.push_str(&format!("| {k} | {:.3} | {:.3} | {} |\n", v.p50_ms, v.p99_ms, v.requests));
-    }
-    for (k, v) in added {
-        let w = &v.per_window_ms;
-        out.push_str(&format!("| {}: all windows (per window min–max) | {:+.3} ({:+.3}–{:+.3}) | | |\n", difference(k), v.pooled_ms, w.min, w.max));
-    }
-}
-
-/// A row label for a key of `discovery::differences`.
-fn difference(key: &str) -> String {
-    use super::discovery::{FLOOR, OVER_FLOOR, UNIX_MINUS_TCP};
-    if let Some(p) = key.strip_prefix(UNIX_MINUS_TCP) {
-        format!("Unix socket − TCP ({p})")
-    } else if let Some(p) = key.strip_prefix(FLOOR) {
-        format!("ext_proc floor: pass-through server − passthrough ({p})")
-    } else if let Some(p) = key.strip_prefix(OVER_FLOOR) {
-        format!("merging over that floor: merged − pass-through server ({p})")
-    } else {
-        format!("added by merging ({key})")
     }
 }
