@@ -113,21 +113,25 @@ impl Router {
                 host.log(LogLevel::Warn, &format!("mvp router: setting {ROUTE_KEY_PROPERTY}: {e}"));
             }
         }
-        // A skewed API's record, for who would lose it (`readiness`).
-        if self.config.record_skew && crate::skew::is_skewed(&key, &decision, table.all()) {
-            self.mark_skew(host, &table.known_key(&key));
-        }
-        // And a warning for what only older releases serve.
-        // (Not the 503 Status: the request reaches no apiserver.)
-        if self.config.warn_on_skew
+        // A skewed API's record, for who would lose it (`readiness`), and
+        // a warning for what only older releases serve (not with the 503
+        // Status: that request reaches no apiserver). Both name the API in
+        // the table's own names, looked up once, only for these requests.
+        let skewed = self.config.record_skew && crate::skew::is_skewed(&key, &decision, table.all());
+        let warned = self.config.warn_on_skew
             && !matches!(decision, Decision::Unavailable { .. })
             && matches!(key, RouteKey::Resource { .. })
-            && decision.served_by().is_some_and(|set| table.only_older(set))
-            && let Ok(mut buf) = self.key_buf.try_borrow_mut()
-        {
-            crate::skew::write_warning(&table.known_key(&key), table.newest_release(), &mut buf);
-            if let Err(e) = host.warn_client(&buf) {
-                host.log(LogLevel::Warn, &format!("mvp router: warning a client: {e}"));
+            && decision.served_by().is_some_and(|set| table.only_older(set));
+        if skewed || warned {
+            let named = table.known_key(&key);
+            if skewed {
+                self.mark_skew(host, &named);
+            }
+            if warned && let Ok(mut buf) = self.key_buf.try_borrow_mut() {
+                crate::skew::write_warning(&named, table.newest_release(), &mut buf);
+                if let Err(e) = host.warn_client(&buf) {
+                    host.log(LogLevel::Warn, &format!("mvp router: warning a client: {e}"));
+                }
             }
         }
         // Held only while a wait can help: a member that serves it is

@@ -115,12 +115,11 @@ impl Answers {
         self.clock += 1;
         if self.by_token.len() >= MAX_CACHED && !self.by_token.contains_key(&key) {
             self.by_token.retain(|_, c| c.at.elapsed() < CACHE_TTL);
-        }
-        if self.by_token.len() >= MAX_CACHED
-            && !self.by_token.contains_key(&key)
-            && let Some(oldest) = self.by_token.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| *k)
-        {
-            self.by_token.remove(&oldest);
+            if self.by_token.len() >= MAX_CACHED
+                && let Some(oldest) = self.by_token.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| *k)
+            {
+                self.by_token.remove(&oldest);
+            }
         }
         self.by_token.insert(key, Cached { review, at: Instant::now(), used: self.clock });
     }
